@@ -1,0 +1,1 @@
+"""One module per `npu-rl` job; see npu_rl/cli.py."""

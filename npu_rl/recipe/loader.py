@@ -1,0 +1,82 @@
+"""Find, read and validate recipes; every failure is one line naming the field or file."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import yaml
+from pydantic import ValidationError
+
+from ..errors import UserError
+from ..paths import recipes_dir
+from .schema import Recipe
+
+
+def resolve_recipe_path(name_or_path: str | Path) -> Path:
+    """A recipe is a path to a YAML file or the name of one in configs/recipes."""
+    p = Path(name_or_path)
+    if p.suffix in (".yaml", ".yml") or p.exists():
+        if not p.is_file():
+            raise UserError(f"recipe file not found: {p}")
+        return p
+    candidate = recipes_dir() / f"{name_or_path}.yaml"
+    if candidate.is_file():
+        return candidate
+    known = ", ".join(sorted(x.stem for x in recipes_dir().glob("*.yaml"))) or "none"
+    raise UserError(f"unknown recipe {str(name_or_path)!r} (known: {known})")
+
+
+def _format_error(source: str, err: ValidationError) -> str:
+    first = err.errors()[0]
+    loc = ".".join(str(x) for x in first["loc"])
+    kind = first["type"]
+    if kind == "extra_forbidden":
+        return f"{source}: unknown field {loc!r}"
+    if kind == "missing":
+        return f"{source}: missing required field {loc!r}"
+    msg = first["msg"]
+    if kind == "value_error":
+        msg = msg.removeprefix("Value error, ")
+        return f"{source}: {msg}" if not loc else f"{source}: {loc}: {msg}"
+    got = first.get("input")
+    shown = repr(got) if not isinstance(got, (dict, list)) else type(got).__name__
+    return f"{source}: field {loc!r}: {msg} (got {shown})"
+
+
+def parse_recipe(data: dict[str, Any], source: str = "recipe") -> Recipe:
+    if not isinstance(data, dict):
+        raise UserError(f"{source}: a recipe must be a YAML mapping, got {type(data).__name__}")
+    try:
+        return Recipe.model_validate(data)
+    except ValidationError as err:
+        raise UserError(_format_error(source, err)) from None
+
+
+def load_recipe(name_or_path: str | Path, overrides: dict[str, Any] | None = None) -> Recipe:
+    """Load a recipe; ``overrides`` maps dotted recipe keys (``algorithm.lr``) to values."""
+    path = resolve_recipe_path(name_or_path)
+    try:
+        data = yaml.safe_load(path.read_text(encoding="utf-8"))
+    except yaml.YAMLError as err:
+        raise UserError(f"{path}: not valid YAML ({str(err).splitlines()[0]})") from None
+    for dotted, value in (overrides or {}).items():
+        node = data
+        parts = dotted.split(".")
+        for part in parts[:-1]:
+            node = node.setdefault(part, {})
+            if not isinstance(node, dict):
+                raise UserError(f"--set {dotted}: {part!r} is not a section")
+        node[parts[-1]] = value
+    return parse_recipe(data, str(path))
+
+
+def parse_set_args(items: list[str] | None) -> dict[str, Any]:
+    """``--set algorithm.lr=1e-5`` pairs; values are parsed as YAML scalars."""
+    out: dict[str, Any] = {}
+    for item in items or []:
+        if "=" not in item:
+            raise UserError(f"--set {item!r}: expected KEY=VALUE")
+        key, value = item.split("=", 1)
+        out[key.strip()] = yaml.safe_load(value)
+    return out

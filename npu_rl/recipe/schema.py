@@ -1,0 +1,224 @@
+"""The recipe schema: one YAML file describes a whole GRPO run.
+
+Every model forbids unknown keys, so a typo in a recipe is an error naming the
+field rather than a silently ignored setting.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+Platform = Literal["npu-a2", "npu-a3", "cpu"]
+Logger = Literal["console", "tensorboard", "swanlab", "file", "wandb"]
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", validate_assignment=True)
+
+
+class ModelSpec(_Strict):
+    path: str = Field(description="Local directory with the HF weights (relative to the workspace)")
+    hub_id: str | None = Field(None, description="Hub repo id used by `npu-rl model fetch`")
+    tokenizer_config: str | None = Field(
+        None,
+        description="tokenizer_config.json applied over the model's own (chat template with the system prompt); "
+        "relative to configs/ or absolute",
+    )
+    enable_gradient_checkpointing: bool = True
+    use_remove_padding: bool = False
+    attn_implementation: str | None = Field(
+        None, description="Forced into the HF config (e.g. 'eager' on CPU, where sdpa/flash kernels are absent)"
+    )
+    trust_remote_code: bool = False
+
+
+class DataSpec(_Strict):
+    train_files: list[str]
+    val_files: list[str]
+    max_prompt_length: int = Field(512, gt=0)
+    max_response_length: int = Field(1024, gt=0)
+    filter_overlong_prompts: bool = True
+    truncation: Literal["error", "left", "right", "middle"] = "error"
+    prompt_key: str = "prompt"
+    val_batch_size: int | None = Field(None, gt=0)
+    shuffle: bool = True
+    dataloader_num_workers: int | None = Field(None, ge=0)
+    # Where `npu-rl data math` reads the raw MATH-lighteval parquet from (offline is normal).
+    source_dir: str | None = None
+    hub_dataset: str = "DigitalLearningGmbH/MATH-lighteval"
+
+
+class AlgorithmSpec(_Strict):
+    adv_estimator: Literal["grpo", "gae", "rloo", "reinforce_plus_plus", "remax", "opo", "grpo_passk"] = "grpo"
+    train_batch_size: int = Field(gt=0)
+    rollout_n: int = Field(8, gt=0)
+    lr: float = Field(1e-6, gt=0)
+    lr_warmup_steps: int = Field(0, ge=0)
+    ppo_mini_batch_size: int = Field(gt=0)
+    ppo_micro_batch_size_per_device: int = Field(gt=0)
+    ppo_epochs: int = Field(1, gt=0)
+    use_kl_loss: bool = True
+    kl_loss_coef: float = Field(0.001, ge=0)
+    kl_loss_type: Literal["kl", "k1", "abs", "mse", "k2", "low_var_kl", "k3", "full"] = "low_var_kl"
+    entropy_coeff: float = 0.0
+    use_kl_in_reward: bool = False
+    critic_warmup: int = Field(0, ge=0)
+    total_epochs: int = Field(1, gt=0)
+    total_training_steps: int | None = Field(None, gt=0)
+    seed: int = 1
+
+
+class ActorSpec(_Strict):
+    strategy: Literal["fsdp", "fsdp2", "megatron"] = "fsdp"
+    param_offload: bool = False
+    optimizer_offload: bool = False
+    ref_param_offload: bool = True
+    log_prob_micro_batch_size_per_device: int = Field(8, gt=0)
+    # Megatron layout (strategy megatron only).
+    tensor_model_parallel_size: int = Field(1, gt=0)
+    pipeline_model_parallel_size: int = Field(1, gt=0)
+    expert_model_parallel_size: int = Field(1, gt=0)
+    layers_per_stage: list[int] | None = None
+
+
+class RolloutSpec(_Strict):
+    name: Literal["vllm", "sglang", "hf"] = "vllm"
+    tensor_model_parallel_size: int = Field(1, gt=0)
+    expert_parallel: bool = False
+    gpu_memory_utilization: float = Field(0.8, gt=0, le=1)
+    enable_chunked_prefill: bool = False
+    enforce_eager: bool = False
+    free_cache_engine: bool = True
+    temperature: float = Field(1.0, ge=0)
+    do_sample: bool = True
+    max_num_batched_tokens: int | None = Field(None, gt=0)
+
+
+class ResourcesSpec(_Strict):
+    platform: Platform
+    nnodes: int = Field(1, gt=0)
+    devices_per_node: int = Field(gt=0)
+
+    @property
+    def world_size(self) -> int:
+        return self.nnodes * self.devices_per_node
+
+    @property
+    def device(self) -> str:
+        return "cpu" if self.platform == "cpu" else "npu"
+
+
+class RewardWeights(_Strict):
+    accuracy: float = Field(0.7, ge=0)
+    format: float = Field(0.2, ge=0)
+    cot: float = Field(0.1, ge=0)
+
+
+class RewardSpec(_Strict):
+    # A module path inside npu_rl (resolved to its installed file) or a .py file path.
+    function: str = "npu_rl.reward.math"
+    name: str = "compute_score"
+    manager: Literal["naive", "batch", "prime", "dapo"] = "naive"
+    weights: RewardWeights = RewardWeights()
+    timeout_s: float = Field(1.0, gt=0)
+
+
+class LoggingSpec(_Strict):
+    project: str
+    experiment: str
+    backends: list[Logger] = ["console", "tensorboard"]
+    dir: str = "logs"
+    val_generations_to_log: int = Field(0, ge=0)
+
+
+class CheckpointSpec(_Strict):
+    dir: str = "checkpoints"
+    save_freq: int = Field(20, ge=-1)
+    test_freq: int = Field(5, ge=-1)
+    resume: Literal["auto", "disable"] = "auto"
+    max_to_keep: int | None = Field(None, gt=0)
+    val_before_train: bool = False
+
+
+class OptimizationsSpec(_Strict):
+    # False: skip verl's old_log_prob forward and reuse the update's own detached
+    # log-probs (exact only on-policy with one optimizer update per step).
+    recompute_old_log_prob: bool = True
+
+
+class Recipe(_Strict):
+    name: str
+    description: str = ""
+    model: ModelSpec
+    data: DataSpec
+    algorithm: AlgorithmSpec
+    actor: ActorSpec = ActorSpec()
+    rollout: RolloutSpec = RolloutSpec()
+    resources: ResourcesSpec
+    reward: RewardSpec = RewardSpec()
+    logging: LoggingSpec
+    checkpoint: CheckpointSpec = CheckpointSpec()
+    optimizations: OptimizationsSpec = OptimizationsSpec()
+    env: dict[str, str] = Field(default_factory=dict, description="Environment exported to every process")
+    verl_overrides: dict[str, Any] = Field(
+        default_factory=dict, description="Extra hydra overrides for verl, dotted keys -> values (escape hatch)"
+    )
+    unverified: list[str] = Field(
+        default_factory=list, description="Fields whose values the source articles do not give (documented guesses)"
+    )
+
+    @model_validator(mode="after")
+    def _divisibility(self) -> "Recipe":
+        a, r = self.algorithm, self.resources
+        world = r.world_size
+        if a.ppo_mini_batch_size > a.train_batch_size:
+            raise ValueError(
+                f"algorithm.ppo_mini_batch_size ({a.ppo_mini_batch_size}) exceeds algorithm.train_batch_size "
+                f"({a.train_batch_size})"
+            )
+        if a.train_batch_size % a.ppo_mini_batch_size:
+            raise ValueError(
+                f"algorithm.train_batch_size ({a.train_batch_size}) is not divisible by "
+                f"algorithm.ppo_mini_batch_size ({a.ppo_mini_batch_size})"
+            )
+        if self.actor.strategy != "megatron":
+            # verl shards each mini-batch's rollouts (mini * n) over all data-parallel ranks.
+            if (a.ppo_mini_batch_size * a.rollout_n) % world:
+                raise ValueError(
+                    f"algorithm.ppo_mini_batch_size * algorithm.rollout_n ({a.ppo_mini_batch_size} * {a.rollout_n}) "
+                    f"is not divisible by resources.nnodes * resources.devices_per_node ({world})"
+                )
+            if (a.train_batch_size * a.rollout_n) % world:
+                raise ValueError(
+                    f"algorithm.train_batch_size * algorithm.rollout_n is not divisible by the {world} devices"
+                )
+        if world % self.rollout.tensor_model_parallel_size:
+            raise ValueError(
+                f"rollout.tensor_model_parallel_size ({self.rollout.tensor_model_parallel_size}) does not divide "
+                f"the {world} devices"
+            )
+        if self.actor.strategy == "megatron":
+            act = self.actor
+            mp = act.tensor_model_parallel_size * act.pipeline_model_parallel_size
+            if world % mp:
+                raise ValueError(
+                    f"actor TP*PP ({act.tensor_model_parallel_size}*{act.pipeline_model_parallel_size}) does not "
+                    f"divide the {world} devices"
+                )
+            if act.layers_per_stage is not None and len(act.layers_per_stage) != act.pipeline_model_parallel_size:
+                raise ValueError(
+                    f"actor.layers_per_stage has {len(act.layers_per_stage)} entries but "
+                    f"actor.pipeline_model_parallel_size is {act.pipeline_model_parallel_size}"
+                )
+        if not self.optimizations.recompute_old_log_prob:
+            if a.ppo_epochs != 1 or a.ppo_mini_batch_size != a.train_batch_size:
+                raise ValueError(
+                    "optimizations.recompute_old_log_prob=false is exact only with one optimizer update per step, "
+                    f"but algorithm.ppo_epochs={a.ppo_epochs} and algorithm.ppo_mini_batch_size="
+                    f"{a.ppo_mini_batch_size} != algorithm.train_batch_size={a.train_batch_size}"
+                )
+        if self.resources.platform == "cpu" and self.rollout.name != "hf":
+            raise ValueError(f"resources.platform cpu needs rollout.name hf (got {self.rollout.name!r})")
+        return self

@@ -1,0 +1,68 @@
+"""Reads the version pins from ``configs/versions.yaml`` (the only place they live).
+
+``python -m npu_rl.versions constraints`` prints a pip constraints file for the CPU
+environment; ``python -m npu_rl.versions get verl.version`` prints one pin (used by
+the Makefile and the image build).
+"""
+
+from __future__ import annotations
+
+import sys
+from functools import lru_cache
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from .paths import config_dir
+
+
+@lru_cache(maxsize=None)
+def load(path: str | None = None) -> dict[str, Any]:
+    p = Path(path) if path else config_dir() / "versions.yaml"
+    with open(p, encoding="utf-8") as f:
+        return yaml.safe_load(f)
+
+
+def get(dotted: str, pins: dict[str, Any] | None = None) -> Any:
+    node: Any = pins if pins is not None else load()
+    for part in dotted.split("."):
+        if not isinstance(node, dict) or part not in node:
+            raise KeyError(f"no pin {dotted!r} in configs/versions.yaml")
+        node = node[part]
+    return node
+
+
+def _spec(value: str) -> str:
+    value = str(value)
+    return value if value[:1] in "<>=!~" else f"=={value}"
+
+
+def cpu_constraints(pins: dict[str, Any] | None = None) -> list[str]:
+    """pip constraint lines for the CPU training environment."""
+    pins = pins if pins is not None else load()
+    return [
+        f"verl{_spec(get('verl.version', pins))}",
+        f"torch{_spec(get('cpu.torch', pins))}",
+        f"numpy{_spec(get('cpu.numpy', pins))}",
+        f"pyarrow{_spec(get('cpu.pyarrow', pins))}",
+        f"transformers{_spec(get('common.transformers', pins))}",
+        f"ray{_spec(get('common.ray', pins))}",
+        f"tensorboard{_spec(get('dashboards.tensorboard', pins))}",
+    ]
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if argv[:1] == ["constraints"]:
+        print("\n".join(cpu_constraints()))
+        return 0
+    if len(argv) == 2 and argv[0] == "get":
+        print(get(argv[1]))
+        return 0
+    print("usage: python -m npu_rl.versions constraints | get DOTTED.KEY", file=sys.stderr)
+    return 2
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
