@@ -15,9 +15,14 @@ COMMAND_MODULES = [
     "npu_rl.commands.train",
     "npu_rl.commands.merge",
     "npu_rl.commands.eval",
+    "npu_rl.commands.report",
     "npu_rl.commands.model",
     "npu_rl.commands.data",
     "npu_rl.commands.recipe",
+    "npu_rl.commands.render",
+    "npu_rl.commands.ray",
+    "npu_rl.commands.doctor",
+    "npu_rl.commands.image",
 ]
 
 

@@ -1,0 +1,27 @@
+"""`npu-rl data math --out DIR [--from DIR]`: MATH-lighteval -> verl parquet."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("data", help="prepare training data")
+    dsub = p.add_subparsers(dest="dataset", metavar="DATASET")
+    dsub.required = True
+    m = dsub.add_parser("math", help="MATH-lighteval parquet (problem, level, type, solution) -> verl format")
+    m.add_argument("--out", type=Path, required=True, help="writes OUT/train.parquet and OUT/test.parquet")
+    m.add_argument("--from", dest="source", default=None,
+                   help="directory with the raw parquet files (offline); 'sample' for the bundled demo sample; "
+                        "omit to load DigitalLearningGmbH/MATH-lighteval from the hub")
+    m.set_defaults(func=_math)
+
+
+def _math(args: argparse.Namespace) -> int:
+    from ..data.math import prepare
+    from ..data.sample import sample_dir
+
+    source = sample_dir() if args.source == "sample" else (Path(args.source) if args.source else None)
+    prepare(args.out, source)
+    return 0

@@ -1,0 +1,152 @@
+"""`npu-rl eval`: the base model and a trained step on MATH, as one table.
+
+``--backend opencompass`` (NPU images) repeats the recipe's OpenCompass run;
+``--backend local`` (CPU, quick checks) generates with transformers over the
+validation split and grades with the reward's accuracy.
+"""
+
+from __future__ import annotations
+
+import argparse
+import shlex
+from pathlib import Path
+
+from ..errors import UserError
+from ..paths import workspace
+from ..recipe import load_recipe, parse_set_args
+from ..recipe.schema import Recipe
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("eval", help="evaluate the base model and a trained step (table: model, step, dataset, metric, score)")
+    p.add_argument("--recipe", required=True, help="recipe name (configs/recipes) or YAML path")
+    p.add_argument("--set", action="append", metavar="KEY=VALUE", help="override a recipe field (dotted)")
+    which = p.add_mutually_exclusive_group()
+    which.add_argument("--step", type=int, help="evaluate the merged checkpoint of this step (default: newest saved)")
+    which.add_argument("--model", type=Path, help="evaluate this Hugging Face model directory instead")
+    p.add_argument(
+        "--baseline", default=None, help="baseline model directory (default: the recipe's model.path; 'none' to skip)"
+    )
+    p.add_argument("--backend", choices=["local", "opencompass"], help="default: opencompass on NPU, local on CPU")
+    p.add_argument("--out", type=Path, help="output directory (default: <logging.dir>/eval/<project>/<experiment>)")
+    p.add_argument("--limit", type=int, help="evaluate only the first N problems")
+    p.add_argument("--batch-size", type=int, default=None, help="generation batch size (local default 8, OpenCompass 32)")
+    p.add_argument("--dry-run", action="store_true", help="opencompass: write data and configs, print the command")
+    p.set_defaults(func=run)
+
+
+def default_out(recipe: Recipe) -> Path:
+    return workspace() / recipe.logging.dir / "eval" / recipe.logging.project / recipe.logging.experiment
+
+
+def _resolve(path: str | Path) -> Path:
+    p = Path(path)
+    return p if p.is_absolute() else workspace() / p
+
+
+def model_name(recipe: Recipe) -> str:
+    """The recipe's table names models like ``qwen2.5-1.5b-instruct`` and ``...-rl-280``."""
+    return Path(recipe.model.path).name.lower()
+
+
+def _chat_template(recipe: Recipe) -> str | None:
+    from ..model.tokenizer_override import load_override, resolve_override
+
+    override = resolve_override(recipe.model.tokenizer_config)
+    return load_override(override).get("chat_template") if override else None
+
+
+def _models(args: argparse.Namespace, recipe: Recipe):
+    """(baseline dir or None, trained dir, trained step), every path checked before any work."""
+    from ..eval.paths import resolve_trained_model, step_of
+
+    if args.model is not None:
+        trained = _resolve(args.model)
+        if not (trained / "config.json").is_file():
+            raise UserError(f"--model {args.model}: not a Hugging Face model directory (no config.json)")
+        step = step_of(trained) or 0
+    else:
+        trained, step = resolve_trained_model(recipe, args.step)
+    baseline = None
+    if (args.baseline or "").lower() != "none":
+        baseline = _resolve(args.baseline or recipe.model.path)
+        if not (baseline / "config.json").is_file():
+            raise UserError(f"baseline model not found: {baseline} (pass --baseline PATH or --baseline none)")
+    return baseline, trained, step
+
+
+def run(args: argparse.Namespace) -> int:
+    recipe = load_recipe(args.recipe, parse_set_args(args.set))
+    if args.limit is not None and args.limit <= 0:
+        raise UserError(f"--limit must be positive (got {args.limit})")
+    backend = args.backend or ("local" if recipe.resources.platform == "cpu" else "opencompass")
+    if args.dry_run and backend != "opencompass":
+        raise UserError("--dry-run applies to --backend opencompass only")
+    baseline, trained, step = _models(args, recipe)
+    out = args.out or default_out(recipe)
+    name = model_name(recipe)
+    if backend == "local":
+        table = _run_local(args, recipe, baseline, trained, step, name, out)
+    else:
+        table = _run_opencompass(args, recipe, baseline, trained, step, name, out)
+        if table is None:
+            return 0
+    md, csv_path = table.write(out)
+    print(table.to_markdown(), end="")
+    print(f"table: {md} , {csv_path}")
+    return 0
+
+
+def _run_local(args, recipe: Recipe, baseline, trained, step, name, out: Path):
+    from ..eval.dataset import load_problems
+    from ..eval.grading import load_grader
+    from ..eval.local import evaluate
+    from ..eval.table import ResultTable
+
+    val_files = [_resolve(f) for f in recipe.data.val_files]
+    load_problems(val_files, args.limit)  # fail on a missing/bad file before loading any model
+    grader = load_grader(recipe.reward.function, recipe.reward.name)
+    common = dict(
+        limit=args.limit,
+        max_new_tokens=recipe.data.max_response_length,
+        batch_size=args.batch_size or 8,
+        chat_template=_chat_template(recipe),
+        grader=grader,
+    )
+    table = ResultTable()
+    runs = ([(baseline, name, 0, True)] if baseline else []) + [(trained, f"{name}-rl-{step}", step, False)]
+    for model_dir, label, s, is_base in runs:
+        result = evaluate(model_dir, val_files, model_label=label, step=s, **common)
+        result.write_samples(out / "samples" / f"{label}.jsonl")
+        print(f"{label}: {result.correct}/{result.n} correct ({result.accuracy:.2f}%)", flush=True)
+        table.extend(result.rows(baseline=is_base))
+    return table
+
+
+def _run_opencompass(args, recipe: Recipe, baseline, trained, step, name, out: Path):
+    from ..data.math import find_split_file
+    from ..eval import opencompass as oc
+    from ..eval.table import ResultTable
+
+    if not recipe.data.source_dir:
+        raise UserError("recipe data.source_dir is not set: OpenCompass needs the raw MATH-lighteval test split")
+    source = _resolve(recipe.data.source_dir)
+    test_file = find_split_file(source, "test") if source.is_dir() else None
+    if test_file is None:
+        raise UserError(f"no MATH test split (test-*.parquet) under {source} (data.source_dir)")
+    rows = oc.read_math_split(test_file)[: args.limit]
+    root = out / "opencompass"
+    math_json = oc.write_math_json(rows, root / "data")
+    entries = ([oc.ModelEntry(f"{name}-hf", baseline, 0, True)] if baseline else []) + [
+        oc.ModelEntry(f"{name}-rl-{step}", trained, step)
+    ]
+    oc.write_model_configs(root / "configs", entries, batch_size=args.batch_size or 32)
+    work_dir = root / "outputs"
+    cmd = oc.build_command(root / "configs", entries, work_dir, max_num_workers=recipe.resources.devices_per_node)
+    env = oc.command_env(root / "data")
+    print(f"{len(rows)} problems -> {math_json}")
+    print(f"COMPASS_DATA_CACHE={shlex.quote(env['COMPASS_DATA_CACHE'])} {shlex.join(cmd)}", flush=True)
+    if args.dry_run:
+        return None
+    oc.run(cmd, env, root / "opencompass.log")
+    return ResultTable(oc.parse_summary(oc.find_summary(work_dir), entries))

@@ -1,0 +1,33 @@
+"""`npu-rl image build [--variant a2|a3|cpu] [--target runtime|eval] [--tag T] [--push]`."""
+
+from __future__ import annotations
+
+import argparse
+
+from ..image.spec import ASCEND_TARGETS, VARIANTS
+from ..paths import project_root
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("image", help="build or push the container images")
+    isub = p.add_subparsers(dest="action", metavar="ACTION")
+    isub.required = True
+    b = isub.add_parser("build", help="build an image with the pins from configs/versions.yaml")
+    b.add_argument("--variant", choices=VARIANTS, default="a2", help="Atlas A2, Atlas A3 or the CPU image")
+    b.add_argument("--target", choices=ASCEND_TARGETS, default=None,
+                   help="Ascend stage: runtime (default) or eval (adds OpenCompass)")
+    b.add_argument("--tag", default=None, help="image tag (default: npu-rl:<version>-<variant>)")
+    b.add_argument("--push", action="store_true", help="push the tag after building")
+    b.add_argument("--host", default=None, help="Docker API address (default: DOCKER_HOST or the local socket)")
+    b.add_argument("--no-cache", action="store_true", help="build every layer again")
+    b.add_argument("--verbose", "-v", action="store_true", help="print every build output line")
+    b.set_defaults(func=_build)
+
+
+def _build(args: argparse.Namespace) -> int:
+    from ..image.build import build_variant
+
+    tag = build_variant(args.variant, root=project_root(), target=args.target, tag=args.tag, push=args.push,
+                        host=args.host, nocache=args.no_cache, verbose=args.verbose)
+    print(f"built {tag}" + (" and pushed it" if args.push else ""))
+    return 0

@@ -1,0 +1,182 @@
+"""`npu-rl ray head|worker|wait`: bring up Ray across Ascend nodes (called by the pod entrypoint).
+
+On Volcano the rendered job runs, through the image entrypoint::
+
+    head pod:    npu-rl ray head --nodes N --devices D -- npu-rl train --recipe /etc/npu-rl/recipe.yaml
+    worker pods: npu-rl ray worker --devices D
+
+The head waits for all N nodes, runs the training with ``RAY_ADDRESS`` set and
+exits with its exit code; workers exit once the head is gone. Values not
+given as flags come from the launcher's environment (see
+npu_rl.cluster.placement), then from ``--recipe``, then (NPUs) from the
+``/dev/davinciN`` devices of the pod.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import shlex
+
+from ..errors import UserError
+
+DEFAULT_PORT = 6379
+
+
+def _common(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--port", type=int, default=None,
+                   help="GCS port of the head (default 6379 or $NPU_RL_RAY_PORT)")
+    p.add_argument("--devices", type=int, default=None, help="NPUs per node (default: launcher env, recipe, /dev)")
+    p.add_argument("--recipe", default=None, help="recipe to read resources.nnodes / devices_per_node from")
+
+
+def _starts_ray(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--ifname", default=os.environ.get("NPU_RL_IFNAME"),
+                   help="network interface for Ray/HCCL/Gloo (default: the one routing to the head)")
+    p.add_argument("--ray-args", default=os.environ.get("NPU_RL_RAY_ARGS", ""),
+                   help="extra `ray start` arguments, one shell-quoted string (default $NPU_RL_RAY_ARGS)")
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("ray", help="start a Ray head or worker on this node, or wait for the cluster")
+    rsub = p.add_subparsers(dest="ray_role", metavar="ROLE")
+    rsub.required = True
+
+    h = rsub.add_parser("head", help="start the Ray head; with `-- COMMAND`, run it once all nodes joined")
+    _common(h)
+    _starts_ray(h)
+    h.add_argument("--nodes", type=int, default=None, help="nodes to wait for, head included")
+    h.add_argument("--wait-timeout", type=float, default=1800.0, help="seconds to wait for all nodes (default 1800)")
+    h.add_argument("--start-timeout", type=float, default=180.0, help="seconds for `ray start` to come up")
+    h.add_argument("--no-dashboard", action="store_true", help="do not serve the Ray dashboard")
+    h.add_argument("command", nargs=argparse.REMAINDER, metavar="-- COMMAND",
+                   help="the job to run on the head; its exit code becomes this command's")
+    h.set_defaults(func=_head)
+
+    w = rsub.add_parser("worker", help="join the head (retrying) and exit when the head is gone")
+    _common(w)
+    _starts_ray(w)
+    w.add_argument("--address", default=None, help="head HOST[:PORT] (default: from the launcher environment)")
+    w.add_argument("--join-timeout", type=float, default=1800.0, help="seconds to keep trying to join")
+    w.add_argument("--head-lost-after", type=float, default=30.0,
+                   help="seconds the head may be unreachable before this worker exits")
+    w.add_argument("--probe-interval", type=float, default=2.0, help="seconds between head probes")
+    w.set_defaults(func=_worker)
+
+    t = rsub.add_parser("wait", help="wait until all nodes and NPUs joined; fail naming what is missing")
+    _common(t)
+    t.add_argument("--address", default=None, help="head HOST[:PORT] (default: launcher env, else this node)")
+    t.add_argument("--nodes", type=int, default=None, help="nodes expected, head included")
+    t.add_argument("--timeout", type=float, default=600.0, help="seconds to wait (default 600)")
+    t.set_defaults(func=_wait)
+
+
+def _port(args: argparse.Namespace) -> int:
+    if args.port is not None:
+        return args.port
+    raw = os.environ.get("NPU_RL_RAY_PORT", str(DEFAULT_PORT))
+    if not raw.isdigit():
+        raise UserError(f"NPU_RL_RAY_PORT={raw!r} is not a port number")
+    return int(raw)
+
+
+def _recipe_resources(args: argparse.Namespace):
+    if not args.recipe:
+        return None
+    from ..recipe import load_recipe
+
+    return load_recipe(args.recipe).resources
+
+
+def _positive(value: int | None, what: str) -> int | None:
+    if value is not None and value < 1:
+        raise UserError(f"{what} must be >= 1 (got {value})")
+    return value
+
+
+def resolve_counts(args: argparse.Namespace, placement) -> tuple[int | None, int]:
+    """(nodes, NPUs per node): flags first, then the launcher's environment, the recipe, the pod's devices."""
+    from ..cluster.devices import count_npus
+
+    res = _recipe_resources(args)
+    nodes = _positive(getattr(args, "nodes", None), "--nodes") or placement.nnodes or (res.nnodes if res else None)
+    devices = _positive(args.devices, "--devices") or placement.devices_per_node or (
+        res.devices_per_node if res else None) or count_npus()
+    if not devices:
+        raise UserError("cannot tell how many NPUs this node has: no /dev/davinciN devices; pass --devices")
+    return nodes, devices
+
+
+def _extra(args: argparse.Namespace) -> list[str]:
+    try:
+        return shlex.split(args.ray_args)
+    except ValueError as err:
+        raise UserError(f"--ray-args: {err}") from None
+
+
+def _kuberay_flag(cmd: str | None, name: str) -> str | None:
+    for arg in shlex.split(cmd or ""):
+        if arg.startswith(f"--{name}="):
+            return arg.split("=", 1)[1]
+    return None
+
+
+def _address(text: str, port: int):
+    from ..cluster.probe import Address
+
+    try:
+        return Address.parse(text, port)
+    except ValueError as err:
+        raise UserError(f"--address: {err}") from None
+
+
+def _head(args: argparse.Namespace) -> int:
+    from ..cluster.placement import detect
+    from ..cluster.supervisor import HeadOptions, run_head
+
+    placement = detect(os.environ, role="head")
+    if placement.is_head is False:
+        raise UserError(f"this node is not the head ({placement.describe()}); run `npu-rl ray worker`")
+    nodes, devices = resolve_counts(args, placement)
+    command = args.command[1:] if args.command[:1] == ["--"] else args.command
+    if command and not nodes:
+        raise UserError("how many nodes to wait for? pass --nodes or --recipe")
+    port = int(_kuberay_flag(placement.ray_start_cmd, "port") or _port(args))
+    return run_head(HeadOptions(
+        nnodes=nodes or 1, npus=devices, port=port, ifname=args.ifname, head_host=placement.head_host,
+        dashboard=not args.no_dashboard, extra_args=_extra(args), start_timeout=args.start_timeout,
+        wait_timeout=args.wait_timeout, command=command, kuberay_cmd=placement.ray_start_cmd))
+
+
+def _worker(args: argparse.Namespace) -> int:
+    from ..cluster.placement import detect
+    from ..cluster.supervisor import WorkerOptions, run_worker
+
+    placement = detect(os.environ, role="worker")
+    if placement.is_head and not args.address:
+        raise UserError(f"this node is the head ({placement.describe()}); run `npu-rl ray head`")
+    text = args.address or _kuberay_flag(placement.ray_start_cmd, "address") or placement.head_host
+    if not text:
+        raise UserError("no head address: pass --address HOST[:PORT] or set MASTER_ADDR")
+    _, devices = resolve_counts(args, placement)
+    return run_worker(WorkerOptions(
+        head=_address(text, _port(args)), npus=devices, ifname=args.ifname, extra_args=_extra(args),
+        join_timeout=args.join_timeout, head_lost_after=args.head_lost_after, probe_interval=args.probe_interval,
+        kuberay_cmd=placement.ray_start_cmd))
+
+
+def _wait(args: argparse.Namespace) -> int:
+    from ..cluster.membership import Expectation
+    from ..cluster.network import select_interface
+    from ..cluster.placement import detect
+    from ..cluster.supervisor import run_wait
+
+    placement = detect(os.environ)
+    nodes, devices = resolve_counts(args, placement)
+    if not nodes:
+        raise UserError("how many nodes to wait for? pass --nodes or --recipe")
+    ray_address = os.environ.get("RAY_ADDRESS", "")
+    if ray_address == "auto" or "://" in ray_address:  # not a GCS host:port
+        ray_address = ""
+    text = args.address or ray_address or placement.head_host or select_interface().ip
+    return run_wait(_address(text, _port(args)), Expectation(nodes, devices), args.timeout)

@@ -1,0 +1,55 @@
+"""`npu-rl render compose|k8s|all`: generate deployment files from recipes."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+from ..paths import project_root
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("render", help="render compose / Kubernetes files from recipes")
+    rsub = p.add_subparsers(dest="target", metavar="TARGET")
+    rsub.required = True
+
+    c = rsub.add_parser("compose", help="render compose/docker-compose.yml")
+    c.add_argument("--out", type=Path, default=None, help="output directory (default: compose/)")
+    c.set_defaults(func=_compose)
+
+    k = rsub.add_parser("k8s", help="render a Volcano Job or KubeRay RayJob for a recipe")
+    k.add_argument("--recipe", required=True)
+    k.add_argument("--target", dest="k8s_target", choices=["volcano", "kuberay"], default="volcano")
+    k.add_argument("--nodes", type=int, default=None, help="override resources.nnodes")
+    k.add_argument("--out", type=Path, required=True)
+    k.set_defaults(func=_k8s)
+
+    a = rsub.add_parser("all", help="re-render every committed file (compose/ and k8s/)")
+    a.set_defaults(func=_all)
+
+
+def _compose(args: argparse.Namespace) -> int:
+    from ..render.compose import render_compose
+
+    out = args.out or project_root() / "compose"
+    for path in render_compose(out):
+        print(f"wrote {path}")
+    return 0
+
+
+def _k8s(args: argparse.Namespace) -> int:
+    from ..recipe import load_recipe
+    from ..render.k8s import render_k8s
+
+    recipe = load_recipe(args.recipe)
+    for path in render_k8s(recipe, args.k8s_target, args.out, nodes=args.nodes):
+        print(f"wrote {path}")
+    return 0
+
+
+def _all(args: argparse.Namespace) -> int:
+    from ..render.committed import render_all
+
+    for path in render_all(project_root()):
+        print(f"wrote {path}")
+    return 0

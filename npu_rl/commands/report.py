@@ -1,0 +1,28 @@
+"""`npu-rl report`: the health report of a run, with an exit code a scheduler can alert on
+(0 healthy, 1 warnings, 2 critical)."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("report", help="training-health report of a run (exit 0 healthy, 1 warnings, 2 critical)")
+    p.add_argument("--run", type=Path, required=True, help="run directory with TensorBoard event files / verl JSONL")
+    p.add_argument("--out", type=Path, help="output directory (default: <run>/report)")
+    p.add_argument("--recipe", help="the run's recipe: rules that do not apply to its settings are skipped")
+    p.add_argument("--thresholds", type=Path, help="YAML overriding npu_rl/report/thresholds.yaml")
+    p.add_argument("--eval-table", type=Path, help="eval_table.csv of `npu-rl eval` (default: newest under --run)")
+    p.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    from ..recipe import load_recipe
+    from ..report import build_report
+
+    recipe = load_recipe(args.recipe) if args.recipe else None
+    report = build_report(args.run, args.out, args.thresholds, recipe=recipe, eval_table=args.eval_table)
+    print(report.to_markdown(), end="")
+    print(f"report: {report.html} ({len(report.plots)} plots)")
+    return report.exit_code

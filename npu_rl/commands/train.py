@@ -1,0 +1,30 @@
+"""`npu-rl train --recipe R [--dry-run]`: GRPO with verl; re-running resumes."""
+
+from __future__ import annotations
+
+import argparse
+
+from ..recipe import load_recipe, parse_set_args
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("train", help="train a recipe with verl GRPO (resumes from the latest checkpoint)")
+    p.add_argument("--recipe", required=True, help="recipe name (configs/recipes) or YAML path")
+    p.add_argument("--set", action="append", metavar="KEY=VALUE", help="override a recipe field (dotted)")
+    p.add_argument("--dry-run", action="store_true", help="print the environment and verl command, run nothing")
+    p.add_argument("--ray-port", type=int, default=None, help="GCS port of the local Ray head (default: a free one)")
+    p.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    recipe = load_recipe(args.recipe, parse_set_args(args.set))
+    from ..launcher.train import dry_run_text, run_training
+
+    if args.dry_run:
+        print(dry_run_text(recipe))
+        return 0
+    result = run_training(recipe, ray_port=args.ray_port)
+    if result.exit_code != 0:
+        print(f"npu-rl: training exited with code {result.exit_code}; checkpoints up to step "
+              f"{result.end_step} are kept, re-run to resume (log: {result.log_file})")
+    return result.exit_code

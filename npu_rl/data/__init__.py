@@ -1,0 +1,1 @@
+"""Data preparation: MATH-lighteval parquet -> verl's RL parquet format."""

@@ -1,0 +1,1 @@
+"""The launcher: recipe -> verl command, environment, Ray cluster, checkpoints."""

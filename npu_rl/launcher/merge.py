@@ -1,0 +1,34 @@
+"""Merge a verl FSDP checkpoint into a Hugging Face model with verl's own merger."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+from ..errors import UserError
+from ..recipe.schema import Recipe
+from . import paths as run_paths
+
+
+def merge(recipe: Recipe, step: int | None = None) -> Path:
+    steps = run_paths.saved_steps(recipe)
+    if not steps:
+        raise UserError(f"no checkpoints under {run_paths.checkpoint_root(recipe)} (train first)")
+    if step is None:
+        step = steps[-1]
+    elif step not in steps:
+        raise UserError(f"--step {step}: no checkpoint (saved steps: {', '.join(map(str, steps))})")
+    actor = run_paths.step_dir(recipe, step) / "actor"
+    target = run_paths.merged_model_dir(recipe, step)
+    backend = "megatron" if recipe.actor.strategy == "megatron" else "fsdp"
+    cmd = [sys.executable, "-m", "verl.model_merger", "merge", "--backend", backend,
+           "--local_dir", str(actor), "--target_dir", str(target)]
+    print(f"merging global_step_{step} -> {target}", flush=True)
+    proc = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    if proc.returncode != 0:
+        tail = "\n".join(proc.stdout.strip().splitlines()[-15:])
+        raise UserError(f"verl.model_merger failed for {actor} (exit {proc.returncode}):\n{tail}", exit_code=1)
+    if not (target / "config.json").is_file():
+        raise UserError(f"verl.model_merger wrote no model to {target}", exit_code=1)
+    return target

@@ -1,0 +1,192 @@
+"""Turn a recipe into the exact ``python -m verl.trainer.main_ppo`` overrides and env."""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+from ..recipe.schema import Recipe
+from . import paths as run_paths
+
+_BARE = re.compile(r"^[A-Za-z0-9_./\-:+@~]+$")
+
+
+def hydra_value(value: Any) -> str:
+    """Format a Python value with hydra's override grammar."""
+    if isinstance(value, bool):
+        return "True" if value else "False"
+    if value is None:
+        return "null"
+    if isinstance(value, (int, float)):
+        return repr(value)
+    if isinstance(value, (list, tuple)):
+        return "[" + ",".join(hydra_value(v) for v in value) + "]"
+    if isinstance(value, dict):
+        return "{" + ",".join(f"{k}:{hydra_value(v)}" for k, v in value.items()) + "}"
+    text = str(value)
+    if _BARE.match(text) and text not in ("True", "False", "null", "true", "false"):
+        return text
+    return "'" + text.replace("\\", "\\\\").replace("'", "\\'") + "'"
+
+
+def reward_function_path(recipe: Recipe) -> str:
+    """verl loads the reward by file path; resolve an npu_rl module to its installed file."""
+    fn = recipe.reward.function
+    if fn.endswith(".py"):
+        return str(run_paths.resolve(fn))
+    import importlib.util
+
+    spec = importlib.util.find_spec(fn)
+    if spec is None or spec.origin is None:
+        from ..errors import UserError
+
+        raise UserError(f"reward.function: module {fn!r} not found")
+    return spec.origin
+
+
+def build_overrides(recipe: Recipe) -> list[str]:
+    a, m, d, act, ro, res = recipe.algorithm, recipe.model, recipe.data, recipe.actor, recipe.rollout, recipe.resources
+    ckpt, log = recipe.checkpoint, recipe.logging
+    ws = run_paths.resolve
+    kv: list[tuple[str, Any]] = [
+        ("algorithm.adv_estimator", a.adv_estimator),
+        ("algorithm.use_kl_in_reward", a.use_kl_in_reward),
+        ("data.train_files", [str(ws(f)) for f in d.train_files]),
+        ("data.val_files", [str(ws(f)) for f in d.val_files]),
+        ("data.train_batch_size", a.train_batch_size),
+        ("data.max_prompt_length", d.max_prompt_length),
+        ("data.max_response_length", d.max_response_length),
+        ("data.filter_overlong_prompts", d.filter_overlong_prompts),
+        ("data.truncation", d.truncation),
+        ("data.prompt_key", d.prompt_key),
+        ("data.shuffle", d.shuffle),
+        ("data.seed", a.seed),
+        ("actor_rollout_ref.model.path", str(run_paths.model_dir(recipe))),
+        ("actor_rollout_ref.model.use_remove_padding", m.use_remove_padding),
+        ("actor_rollout_ref.model.enable_gradient_checkpointing", m.enable_gradient_checkpointing),
+        ("actor_rollout_ref.model.trust_remote_code", m.trust_remote_code),
+        ("actor_rollout_ref.actor.strategy", act.strategy),
+        ("actor_rollout_ref.actor.optim.lr", a.lr),
+        ("actor_rollout_ref.actor.optim.lr_warmup_steps", a.lr_warmup_steps),
+        ("actor_rollout_ref.actor.ppo_mini_batch_size", a.ppo_mini_batch_size),
+        ("actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu", a.ppo_micro_batch_size_per_device),
+        ("actor_rollout_ref.actor.ppo_epochs", a.ppo_epochs),
+        ("actor_rollout_ref.actor.use_kl_loss", a.use_kl_loss),
+        ("actor_rollout_ref.actor.kl_loss_coef", a.kl_loss_coef),
+        ("actor_rollout_ref.actor.kl_loss_type", a.kl_loss_type),
+        ("actor_rollout_ref.actor.entropy_coeff", a.entropy_coeff),
+        ("actor_rollout_ref.rollout.name", ro.name),
+        ("actor_rollout_ref.rollout.n", a.rollout_n),
+        ("actor_rollout_ref.rollout.tensor_model_parallel_size", ro.tensor_model_parallel_size),
+        ("actor_rollout_ref.rollout.gpu_memory_utilization", ro.gpu_memory_utilization),
+        ("actor_rollout_ref.rollout.enable_chunked_prefill", ro.enable_chunked_prefill),
+        ("actor_rollout_ref.rollout.enforce_eager", ro.enforce_eager),
+        ("actor_rollout_ref.rollout.free_cache_engine", ro.free_cache_engine),
+        ("actor_rollout_ref.rollout.temperature", ro.temperature),
+        ("actor_rollout_ref.rollout.do_sample", ro.do_sample),
+        ("actor_rollout_ref.rollout.log_prob_micro_batch_size_per_gpu", act.log_prob_micro_batch_size_per_device),
+        ("actor_rollout_ref.ref.log_prob_micro_batch_size_per_gpu", act.log_prob_micro_batch_size_per_device),
+        ("trainer.critic_warmup", a.critic_warmup),
+        ("trainer.total_epochs", a.total_epochs),
+        ("trainer.logger", list(log.backends)),
+        ("trainer.project_name", log.project),
+        ("trainer.experiment_name", log.experiment),
+        ("trainer.log_val_generations", log.val_generations_to_log),
+        ("trainer.nnodes", res.nnodes),
+        ("trainer.n_gpus_per_node", res.devices_per_node),
+        ("trainer.device", res.device),
+        ("trainer.save_freq", ckpt.save_freq),
+        ("trainer.test_freq", ckpt.test_freq),
+        ("trainer.resume_mode", ckpt.resume),
+        ("trainer.val_before_train", ckpt.val_before_train),
+        ("trainer.default_local_dir", str(run_paths.checkpoint_root(recipe))),
+        ("trainer.max_actor_ckpt_to_keep", ckpt.max_to_keep),
+        ("custom_reward_function.path", reward_function_path(recipe)),
+        ("custom_reward_function.name", recipe.reward.name),
+        ("reward_model.reward_manager", recipe.reward.manager),
+    ]
+    if a.total_training_steps is not None:
+        kv.append(("trainer.total_training_steps", a.total_training_steps))
+    if d.val_batch_size is not None:
+        kv.append(("data.val_batch_size", d.val_batch_size))
+    if d.dataloader_num_workers is not None:
+        kv.append(("data.dataloader_num_workers", d.dataloader_num_workers))
+    if ro.max_num_batched_tokens is not None:
+        kv.append(("actor_rollout_ref.rollout.max_num_batched_tokens", ro.max_num_batched_tokens))
+    if act.strategy != "megatron":
+        kv += [
+            ("actor_rollout_ref.actor.fsdp_config.param_offload", act.param_offload),
+            ("actor_rollout_ref.actor.fsdp_config.optimizer_offload", act.optimizer_offload),
+            ("actor_rollout_ref.ref.fsdp_config.param_offload", act.ref_param_offload),
+        ]
+
+    out = [f"{k}={hydra_value(v)}" for k, v in kv]
+    # Keys absent from verl's schema need hydra's "+" (append) prefix.
+    w = recipe.reward.weights
+    out += [
+        f"+custom_reward_function.reward_kwargs.weights.accuracy={hydra_value(w.accuracy)}",
+        f"+custom_reward_function.reward_kwargs.weights.format={hydra_value(w.format)}",
+        f"+custom_reward_function.reward_kwargs.weights.cot={hydra_value(w.cot)}",
+        f"+custom_reward_function.reward_kwargs.timeout_s={hydra_value(recipe.reward.timeout_s)}",
+    ]
+    if m.attn_implementation:
+        out.append(f"+actor_rollout_ref.model.override_config.attn_implementation={m.attn_implementation}")
+    if not recipe.optimizations.recompute_old_log_prob:
+        out.append("+actor_rollout_ref.actor.recompute_old_log_prob=False")
+    if act.strategy == "megatron":
+        from .megatron import megatron_overrides
+
+        out += megatron_overrides(recipe)
+    out += _platform_overrides(recipe)
+    out += [f"{k}={hydra_value(v)}" for k, v in recipe.verl_overrides.items()]
+    return out
+
+
+def _platform_overrides(recipe: Recipe) -> list[str]:
+    if recipe.resources.platform != "cpu":
+        return []
+    return [
+        # torch.compile of the log-prob kernels costs minutes on 2 CPU cores and gains nothing there.
+        "actor_rollout_ref.actor.use_torch_compile=False",
+        "actor_rollout_ref.ref.use_torch_compile=False",
+    ]
+
+
+def patches_for(recipe: Recipe) -> list[str]:
+    names = []
+    if recipe.resources.platform == "cpu":
+        names.append("cpu")
+    if not recipe.optimizations.recompute_old_log_prob:
+        names.append("old_log_prob")
+    return names
+
+
+def build_env(recipe: Recipe) -> dict[str, str]:
+    from ..patches import env_for
+
+    env = dict(recipe.env)
+    env["TENSORBOARD_DIR"] = str(run_paths.tensorboard_dir(recipe))
+    env["VERL_FILE_LOGGER_PATH"] = str(run_paths.metrics_file(recipe))
+    if "swanlab" in recipe.logging.backends:
+        env.setdefault("SWANLAB_MODE", "local")
+        env.setdefault("SWANLAB_LOG_DIR", str(run_paths.swanlab_dir(recipe)))
+    if recipe.resources.platform == "cpu":
+        # Many small CPU processes share 2 cores; oversubscribed OpenMP threads thrash.
+        env.setdefault("OMP_NUM_THREADS", "1")
+        env.setdefault("MKL_NUM_THREADS", "1")
+        env.setdefault("TOKENIZERS_PARALLELISM", "false")
+    patches = patches_for(recipe)
+    if patches:
+        env.update(env_for(patches))
+    return env
+
+
+def command(recipe: Recipe, python: str = "python") -> list[str]:
+    return [python, "-m", "verl.trainer.main_ppo", *build_overrides(recipe)]
+
+
+def config_name(recipe: Recipe) -> str:
+    return "ppo_megatron_trainer" if recipe.actor.strategy == "megatron" else "ppo_trainer"
+
+
+__all__ = ["build_overrides", "build_env", "command", "config_name", "hydra_value", "patches_for"]

@@ -1,0 +1,47 @@
+"""Get real weights into the workspace: from the hub (honours HF_ENDPOINT mirrors,
+resumes partial downloads) or by copying a local directory."""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+from ..errors import UserError
+
+REQUIRED_FILES = ("config.json",)
+
+
+def check_model_dir(path: Path) -> None:
+    if not path.is_dir():
+        raise UserError(f"model directory not found: {path} (run `npu-rl model fetch` or `npu-rl model tiny`)")
+    for name in REQUIRED_FILES:
+        if not (path / name).is_file():
+            raise UserError(f"{path}: not a Hugging Face model directory (no {name})")
+    if not any(path.glob("*.safetensors")) and not any(path.glob("*.bin")):
+        raise UserError(f"{path}: no weights (*.safetensors or *.bin) found")
+
+
+def fetch(source: str, out: Path) -> Path:
+    src = Path(source)
+    if src.is_dir():
+        check_model_dir(src)
+        if src.resolve() != out.resolve():
+            shutil.copytree(src, out, dirs_exist_ok=True)
+        return out
+    if source.startswith((".", "/")):
+        raise UserError(f"model source {source!r} is not a directory")
+    try:
+        from huggingface_hub import snapshot_download
+        from huggingface_hub.errors import HfHubHTTPError
+    except ImportError as err:  # pragma: no cover - huggingface_hub ships with transformers
+        raise UserError(f"huggingface_hub is not installed ({err})") from None
+    out.mkdir(parents=True, exist_ok=True)
+    try:
+        # snapshot_download resumes partial files and shows tqdm progress per file.
+        snapshot_download(repo_id=source, local_dir=str(out))
+    except (HfHubHTTPError, OSError) as err:
+        raise UserError(
+            f"could not download {source!r}: {str(err).splitlines()[0]} "
+            "(set HF_ENDPOINT to a mirror, or pass a local directory)"
+        ) from None
+    return out

@@ -1,0 +1,85 @@
+"""A tiny, randomly initialised Qwen2-architecture model with a locally trained
+byte-level BPE tokenizer: the CPU stand-in for Qwen2.5 (nothing is downloaded)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Iterable
+
+# Qwen2.5's special tokens, so chat templates and eos handling match the real model.
+SPECIAL_TOKENS = ["<|endoftext|>", "<|im_start|>", "<|im_end|>"]
+# The reward's format tags become single tokens so that a tiny model can learn them.
+TAG_TOKENS = ["<think>", "</think>", "<answer>", "</answer>", "\\boxed{"]
+
+
+def train_tokenizer(texts: Iterable[str], vocab_size: int = 1024):
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+    from transformers import PreTrainedTokenizerFast
+
+    tok = Tokenizer(models.BPE())
+    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tok.decoder = decoders.ByteLevel()
+    trainer = trainers.BpeTrainer(
+        vocab_size=vocab_size,
+        special_tokens=SPECIAL_TOKENS,
+        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+        show_progress=False,
+    )
+    tok.train_from_iterator(texts, trainer=trainer)
+    fast = PreTrainedTokenizerFast(
+        tokenizer_object=tok,
+        eos_token="<|im_end|>",
+        pad_token="<|endoftext|>",
+        bos_token=None,
+        unk_token=None,
+        model_max_length=4096,
+    )
+    fast.add_tokens(TAG_TOKENS)
+    fast.padding_side = "left"
+    return fast
+
+
+def build_tiny_model(
+    out: Path,
+    texts: list[str],
+    *,
+    hidden_size: int = 64,
+    layers: int = 2,
+    heads: int = 4,
+    kv_heads: int = 2,
+    vocab_size: int = 1024,
+    seed: int = 0,
+    chat_template_override: Path | None = None,
+) -> Path:
+    import torch
+    from transformers import GenerationConfig, Qwen2Config, Qwen2ForCausalLM
+
+    from .tokenizer_override import apply_override
+
+    out.mkdir(parents=True, exist_ok=True)
+    tokenizer = train_tokenizer(texts, vocab_size=vocab_size)
+    tokenizer.save_pretrained(out)
+    if chat_template_override is not None:
+        apply_override(out, chat_template_override)
+
+    eos_id = tokenizer.convert_tokens_to_ids("<|im_end|>")
+    pad_id = tokenizer.convert_tokens_to_ids("<|endoftext|>")
+    config = Qwen2Config(
+        vocab_size=len(tokenizer),
+        hidden_size=hidden_size,
+        intermediate_size=hidden_size * 2,
+        num_hidden_layers=layers,
+        num_attention_heads=heads,
+        num_key_value_heads=kv_heads,
+        max_position_embeddings=4096,
+        tie_word_embeddings=True,
+        bos_token_id=pad_id,
+        eos_token_id=eos_id,
+        pad_token_id=pad_id,
+        torch_dtype="float32",
+    )
+    torch.manual_seed(seed)
+    model = Qwen2ForCausalLM(config)
+    model.generation_config = GenerationConfig(eos_token_id=eos_id, pad_token_id=pad_id, bos_token_id=pad_id)
+    model.save_pretrained(out, safe_serialization=True)
+    return out

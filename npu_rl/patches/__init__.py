@@ -1,0 +1,41 @@
+"""Patches that make verl 0.6.1 do what the recipes need. Each lives in its own
+module with a version guard; ``NPU_RL_PATCHES`` (comma-separated names) selects
+which ones a run installs, in every process (see boot/sitecustomize.py)."""
+
+from __future__ import annotations
+
+import importlib
+import os
+from pathlib import Path
+
+# name -> module exposing install(); the module registers post-import hooks.
+PATCHES = {
+    "cpu": "npu_rl.patches.cpu_platform",
+    "old_log_prob": "npu_rl.patches.old_log_prob",
+    "reshard": "npu_rl.patches.reshard",
+}
+
+BOOT_DIR = Path(__file__).resolve().parent / "boot"
+
+_installed: set[str] = set()
+
+
+def install(names: list[str]) -> None:
+    for name in names:
+        if name in _installed:
+            continue
+        if name not in PATCHES:
+            raise ValueError(f"unknown npu-rl patch {name!r} (known: {', '.join(PATCHES)})")
+        importlib.import_module(PATCHES[name]).install()
+        _installed.add(name)
+
+
+def install_from_env() -> None:
+    names = [n.strip() for n in os.environ.get("NPU_RL_PATCHES", "").split(",") if n.strip()]
+    install(names)
+
+
+def env_for(names: list[str]) -> dict[str, str]:
+    """Environment that makes every child Python process install ``names``."""
+    pythonpath = os.pathsep.join(p for p in (str(BOOT_DIR), os.environ.get("PYTHONPATH", "")) if p)
+    return {"NPU_RL_PATCHES": ",".join(names), "PYTHONPATH": pythonpath}

@@ -1,0 +1,177 @@
+"""CPU platform for verl 0.6.1: run the real GRPO trainer with no accelerator.
+
+verl assumes an accelerator in a handful of places. Each fix below is the
+smallest change that lets the same trainer code run on CPU processes with gloo;
+NPU runs never install this patch. What blocks verl 0.6.1 on CPU:
+
+* ``torch.cpu`` lacks the RNG / cache / memory calls verl makes through
+  ``get_torch_device()``  -> CPU equivalents are added to ``torch.cpu``.
+* the worker process group is ``"cpu:gloo,cpu:<nccl>"`` -> one gloo backend.
+* ``ResourcePoolManager`` asks Ray for GPU bundles and counts GPUs -> CPU bundles.
+* FSDP1 is given ``device_id``/``sync_module_states`` meant for accelerators.
+* FSDP2's ``CPUOffloadPolicy(pin_memory=True)`` needs pinned (accelerator) memory.
+* rollout ``hf`` is not registered -> :mod:`npu_rl.patches.cpu_rollout`.
+* ``topk_reduce_ratio_min_max`` all-gathers a 0-d tensor into shape-(1,)
+  buffers, which gloo rejects.
+"""
+
+from __future__ import annotations
+
+import functools
+
+from .guard import require_verl
+from .hooks import when_imported
+
+PATCH_NAME = "cpu"
+
+# The functions this patch replaces or wraps, by module; tests fingerprint their
+# source so an upstream change is noticed before it silently breaks the patch.
+PATCHED = {
+    "verl.trainer.ppo.ray_trainer": ["ResourcePoolManager.create_resource_pool",
+                                     "ResourcePoolManager._check_resource_available"],
+    "verl.workers.fsdp_workers": ["ActorRolloutRefWorker.__init__", "ActorRolloutRefWorker._build_model_optimizer"],
+    "verl.utils.profiler.performance": ["topk_reduce_ratio_min_max"],
+    "verl.workers.rollout.base": ["get_rollout_class"],
+}
+
+
+def install() -> None:
+    _extend_torch_cpu()
+    _single_gloo_backend()
+    when_imported("verl", lambda m: require_verl(PATCH_NAME))
+    when_imported("verl.utils.device", _patch_device)
+    when_imported("verl.trainer.ppo.ray_trainer", _patch_resource_pool)
+    when_imported("verl.workers.fsdp_workers", _patch_fsdp_workers)
+    when_imported("verl.utils.profiler.performance", _patch_performance)
+    when_imported("verl.workers.rollout.base", _patch_rollout_registry)
+
+
+def _extend_torch_cpu() -> None:
+    import torch
+
+    def _mem_get_info(device=None):
+        import psutil
+
+        vm = psutil.virtual_memory()
+        return vm.available, vm.total
+
+    extras = {
+        "get_rng_state": lambda device=None: torch.get_rng_state(),
+        "set_rng_state": lambda state, device=None: torch.set_rng_state(state),
+        "manual_seed": torch.manual_seed,
+        "manual_seed_all": torch.manual_seed,
+        "empty_cache": lambda: None,
+        "memory_allocated": lambda device=None: 0,
+        "max_memory_allocated": lambda device=None: 0,
+        "memory_reserved": lambda device=None: 0,
+        "max_memory_reserved": lambda device=None: 0,
+        "reset_peak_memory_stats": lambda device=None: None,
+        "mem_get_info": _mem_get_info,
+    }
+    for name, fn in extras.items():
+        if not hasattr(torch.cpu, name):
+            setattr(torch.cpu, name, fn)
+
+
+def _single_gloo_backend() -> None:
+    import torch.distributed as dist
+
+    if getattr(dist.init_process_group, "_npu_rl_cpu", False):
+        return
+    original = dist.init_process_group
+
+    @functools.wraps(original)
+    def init_process_group(*args, **kwargs):
+        backend = kwargs.get("backend")
+        if isinstance(backend, str) and "," in backend:
+            # "cpu:gloo,cpu:gloo" names the cpu device twice, which torch rejects.
+            kwargs["backend"] = "gloo"
+        return original(*args, **kwargs)
+
+    init_process_group._npu_rl_cpu = True
+    dist.init_process_group = init_process_group
+
+
+def _patch_device(mod) -> None:
+    mod.get_nccl_backend = lambda: "gloo"
+
+
+def _patch_resource_pool(mod) -> None:
+    from verl.single_controller.ray import RayResourcePool
+
+    manager = mod.ResourcePoolManager
+
+    def create_resource_pool(self):
+        for name, process_on_nodes in self.resource_pool_spec.items():
+            self.resource_pool_dict[name] = RayResourcePool(
+                process_on_nodes=process_on_nodes, use_gpu=False, max_colocate_count=1, name_prefix=name
+            )
+        self._check_resource_available()
+
+    def _check_resource_available(self):
+        import ray
+
+        available = sum(n.get("CPU", 0) for n in ray._private.state.available_resources_per_node().values())
+        required = sum(n for nodes in self.resource_pool_spec.values() for n in nodes)
+        if available < required:
+            raise ValueError(f"Total available CPUs {available} is less than total desired worker processes {required}")
+
+    manager.create_resource_pool = create_resource_pool
+    manager._check_resource_available = _check_resource_available
+
+
+def _patch_fsdp_workers(mod) -> None:
+    base_fsdp = mod.FSDP
+
+    class CPUFSDP(base_fsdp):
+        """FSDP1 without the accelerator-only arguments."""
+
+        def __init__(self, module, *args, **kwargs):
+            import torch
+
+            # An explicit CPU device: without one FSDP looks for an accelerator.
+            kwargs["device_id"] = torch.device("cpu")
+            # Every rank loads the same weights from disk (no meta-device init on
+            # CPU), so there is nothing to broadcast.
+            kwargs["sync_module_states"] = False
+            # Parameters already live in host memory; CPU offload would only pin them.
+            kwargs["cpu_offload"] = None
+            super().__init__(module, *args, **kwargs)
+
+    CPUFSDP.__name__ = CPUFSDP.__qualname__ = "FullyShardedDataParallel"
+    mod.FSDP = CPUFSDP
+
+    policy = mod.CPUOffloadPolicy
+    if policy is not None:
+        mod.CPUOffloadPolicy = functools.partial(policy, pin_memory=False)
+
+    # verl decides meta-device init from tie_word_embeddings; on CPU every rank
+    # materialises real weights so no broadcast is needed.
+    original_ctx = mod.get_init_weight_context_manager
+
+    def get_init_weight_context_manager(use_meta_tensor=True, mesh=None):
+        return original_ctx(use_meta_tensor=False, mesh=mesh)
+
+    mod.get_init_weight_context_manager = get_init_weight_context_manager
+
+
+def _patch_performance(mod) -> None:
+    import torch
+    import torch.distributed as dist
+
+    def topk_reduce_ratio_min_max(timing: float, k: int = 10):
+        if not dist.is_initialized():
+            return -1.0, -1.0, -1.0
+        world = dist.get_world_size()
+        mine = torch.tensor([timing], dtype=torch.float32)
+        gathered = [torch.zeros(1, dtype=torch.float32) for _ in range(world)]
+        dist.all_gather(gathered, mine)
+        stack = torch.cat(gathered)
+        threshold = torch.quantile(stack, 1 - k / 100)
+        return (stack > threshold).float().mean().item(), stack.min().item(), stack.max().item()
+
+    mod.topk_reduce_ratio_min_max = topk_reduce_ratio_min_max
+
+
+def _patch_rollout_registry(mod) -> None:
+    mod._ROLLOUT_REGISTRY[("hf", "sync")] = "npu_rl.patches.cpu_rollout.CPURollout"
