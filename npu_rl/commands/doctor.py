@@ -20,6 +20,7 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from rich.console import Console
+    from rich.markup import escape
     from rich.table import Table
 
     from ..platform.doctor import run_checks
@@ -30,10 +31,10 @@ def run(args: argparse.Namespace) -> int:
     for column in ("check", "status", "detail"):
         table.add_column(column)
     for r in results:
-        table.add_row(r.name, f"[{_STYLE[r.status]}]{r.status}[/]", r.detail)
+        table.add_row(r.name, f"[{_STYLE[r.status]}]{r.status}[/]", escape(r.detail))
     console = Console()
     console.print(table)
     failed = [r for r in results if r.status == "fail"]
     for r in failed:
-        console.print(f"[bold red]fix[/] {r.name}: {r.fix}", highlight=False)
+        console.print(f"[bold red]fix[/] {r.name}: {escape(r.fix)}", highlight=False, soft_wrap=True)
     return 1 if failed else 0

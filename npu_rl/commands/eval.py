@@ -12,7 +12,8 @@ import shlex
 from pathlib import Path
 
 from ..errors import UserError
-from ..paths import workspace
+from ..launcher.paths import log_root
+from ..launcher.paths import resolve as _resolve
 from ..recipe import load_recipe, parse_set_args
 from ..recipe.schema import Recipe
 
@@ -28,7 +29,7 @@ def register(sub: argparse._SubParsersAction) -> None:
         "--baseline", default=None, help="baseline model directory (default: the recipe's model.path; 'none' to skip)"
     )
     p.add_argument("--backend", choices=["local", "opencompass"], help="default: opencompass on NPU, local on CPU")
-    p.add_argument("--out", type=Path, help="output directory (default: <logging.dir>/eval/<project>/<experiment>)")
+    p.add_argument("--out", type=Path, help="output directory (default: <logging.dir>/<project>/<experiment>/eval)")
     p.add_argument("--limit", type=int, help="evaluate only the first N problems")
     p.add_argument("--batch-size", type=int, default=None, help="generation batch size (local default 8, OpenCompass 32)")
     p.add_argument("--dry-run", action="store_true", help="opencompass: write data and configs, print the command")
@@ -36,12 +37,8 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def default_out(recipe: Recipe) -> Path:
-    return workspace() / recipe.logging.dir / "eval" / recipe.logging.project / recipe.logging.experiment
-
-
-def _resolve(path: str | Path) -> Path:
-    p = Path(path)
-    return p if p.is_absolute() else workspace() / p
+    """Next to the run's logs, where `npu-rl report --run <log root>` finds the table."""
+    return log_root(recipe) / "eval"
 
 
 def model_name(recipe: Recipe) -> str:

@@ -19,6 +19,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     t.add_argument("--hidden-size", type=int, default=64)
     t.add_argument("--layers", type=int, default=2)
     t.add_argument("--seed", type=int, default=0)
+    t.add_argument("--warm-start-steps", type=int, default=400,
+                   help="teacher-forcing steps on the sample's worked answers (0: leave it random)")
     t.set_defaults(func=_tiny)
 
     f = msub.add_parser("fetch", help="download REPO_ID (or copy a local dir) and apply the recipe's tokenizer config")
@@ -42,6 +44,11 @@ def _tiny(args: argparse.Namespace) -> int:
         texts.append(override.read_text(encoding="utf-8"))
     out = build_tiny_model(args.out, texts, hidden_size=args.hidden_size, layers=args.layers, seed=args.seed,
                            chat_template_override=override)
+    if args.warm_start_steps > 0:
+        from ..model.warmstart import warm_start
+
+        loss = warm_start(out, generate(256, seed=1), steps=args.warm_start_steps, seed=args.seed)
+        print(f"warm start: {args.warm_start_steps} steps, final loss {loss:.3f}")
     print(f"tiny model: {out}")
     return 0
 

@@ -61,6 +61,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     w.add_argument("--head-lost-after", type=float, default=30.0,
                    help="seconds the head may be unreachable before this worker exits")
     w.add_argument("--probe-interval", type=float, default=2.0, help="seconds between head probes")
+    w.add_argument("--max-backoff", type=float, default=15.0, help="longest pause between join attempts")
     w.set_defaults(func=_worker)
 
     t = rsub.add_parser("wait", help="wait until all nodes and NPUs joined; fail naming what is missing")
@@ -96,12 +97,12 @@ def _positive(value: int | None, what: str) -> int | None:
 
 def resolve_counts(args: argparse.Namespace, placement) -> tuple[int | None, int]:
     """(nodes, NPUs per node): flags first, then the launcher's environment, the recipe, the pod's devices."""
-    from ..cluster.devices import count_npus
+    from ..platform.devices import discover
 
     res = _recipe_resources(args)
     nodes = _positive(getattr(args, "nodes", None), "--nodes") or placement.nnodes or (res.nnodes if res else None)
     devices = _positive(args.devices, "--devices") or placement.devices_per_node or (
-        res.devices_per_node if res else None) or count_npus()
+        res.devices_per_node if res else None) or len(discover())
     if not devices:
         raise UserError("cannot tell how many NPUs this node has: no /dev/davinciN devices; pass --devices")
     return nodes, devices
@@ -162,7 +163,7 @@ def _worker(args: argparse.Namespace) -> int:
     return run_worker(WorkerOptions(
         head=_address(text, _port(args)), npus=devices, ifname=args.ifname, extra_args=_extra(args),
         join_timeout=args.join_timeout, head_lost_after=args.head_lost_after, probe_interval=args.probe_interval,
-        kuberay_cmd=placement.ray_start_cmd))
+        max_backoff=args.max_backoff, kuberay_cmd=placement.ray_start_cmd))
 
 
 def _wait(args: argparse.Namespace) -> int:

@@ -29,6 +29,6 @@ def merge(recipe: Recipe, step: int | None = None) -> Path:
     if proc.returncode != 0:
         tail = "\n".join(proc.stdout.strip().splitlines()[-15:])
         raise UserError(f"verl.model_merger failed for {actor} (exit {proc.returncode}):\n{tail}", exit_code=1)
-    if not (target / "config.json").is_file():
+    if not any(target.glob("*.safetensors")):
         raise UserError(f"verl.model_merger wrote no model to {target}", exit_code=1)
     return target

@@ -63,7 +63,6 @@ def build_overrides(recipe: Recipe) -> list[str]:
         ("data.seed", a.seed),
         ("actor_rollout_ref.model.path", str(run_paths.model_dir(recipe))),
         ("actor_rollout_ref.model.use_remove_padding", m.use_remove_padding),
-        ("actor_rollout_ref.model.enable_gradient_checkpointing", m.enable_gradient_checkpointing),
         ("actor_rollout_ref.model.trust_remote_code", m.trust_remote_code),
         ("actor_rollout_ref.actor.strategy", act.strategy),
         ("actor_rollout_ref.actor.optim.lr", a.lr),
@@ -115,6 +114,7 @@ def build_overrides(recipe: Recipe) -> list[str]:
         kv.append(("actor_rollout_ref.rollout.max_num_batched_tokens", ro.max_num_batched_tokens))
     if act.strategy != "megatron":
         kv += [
+            ("actor_rollout_ref.model.enable_gradient_checkpointing", m.enable_gradient_checkpointing),
             ("actor_rollout_ref.actor.fsdp_config.param_offload", act.param_offload),
             ("actor_rollout_ref.actor.fsdp_config.optimizer_offload", act.optimizer_offload),
             ("actor_rollout_ref.ref.fsdp_config.param_offload", act.ref_param_offload),
@@ -158,6 +158,10 @@ def patches_for(recipe: Recipe) -> list[str]:
         names.append("cpu")
     if not recipe.optimizations.recompute_old_log_prob:
         names.append("old_log_prob")
+    if recipe.actor.strategy == "megatron":
+        from .megatron import megatron_patches
+
+        names += megatron_patches(recipe)
     return names
 
 
@@ -175,6 +179,10 @@ def build_env(recipe: Recipe) -> dict[str, str]:
         env.setdefault("OMP_NUM_THREADS", "1")
         env.setdefault("MKL_NUM_THREADS", "1")
         env.setdefault("TOKENIZERS_PARALLELISM", "false")
+    if recipe.actor.strategy == "megatron":
+        from .megatron import megatron_env
+
+        env.update(megatron_env(recipe))
     patches = patches_for(recipe)
     if patches:
         env.update(env_for(patches))

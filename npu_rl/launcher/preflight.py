@@ -36,6 +36,9 @@ def check_train_inputs(recipe: Recipe) -> None:
 
     reward_function_path(recipe)
     _platform_checks(recipe)
+    from .verl_config import check_recipe
+
+    check_recipe(recipe)
 
 
 def _platform_checks(recipe: Recipe) -> None:

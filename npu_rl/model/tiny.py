@@ -33,6 +33,8 @@ def train_tokenizer(texts: Iterable[str], vocab_size: int = 1024):
         bos_token=None,
         unk_token=None,
         model_max_length=4096,
+        # Qwen2 takes no token_type_ids; generate() rejects unused inputs.
+        model_input_names=["input_ids", "attention_mask"],
     )
     fast.add_tokens(TAG_TOKENS)
     fast.padding_side = "left"

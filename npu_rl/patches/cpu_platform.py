@@ -24,14 +24,20 @@ from .hooks import when_imported
 
 PATCH_NAME = "cpu"
 
-# The functions this patch replaces or wraps, by module; tests fingerprint their
-# source so an upstream change is noticed before it silently breaks the patch.
-PATCHED = {
-    "verl.trainer.ppo.ray_trainer": ["ResourcePoolManager.create_resource_pool",
-                                     "ResourcePoolManager._check_resource_available"],
-    "verl.workers.fsdp_workers": ["ActorRolloutRefWorker.__init__", "ActorRolloutRefWorker._build_model_optimizer"],
-    "verl.utils.profiler.performance": ["topk_reduce_ratio_min_max"],
-    "verl.workers.rollout.base": ["get_rollout_class"],
+# Source fingerprints of the verl code this patch replaces or depends on, as of
+# verl 0.6.1; tests/patches fails when any of them changes upstream.
+FINGERPRINTS = {
+    "verl.trainer.ppo.ray_trainer:ResourcePoolManager.create_resource_pool": "27130303dd094e08",
+    "verl.trainer.ppo.ray_trainer:ResourcePoolManager._check_resource_available": "dbee1ee8aa428613",
+    "verl.workers.fsdp_workers:ActorRolloutRefWorker.__init__": "3864afde1a867752",
+    "verl.workers.fsdp_workers:ActorRolloutRefWorker._build_model_optimizer": "b23c5e67dbbc9012",
+    "verl.utils.device:get_nccl_backend": "826b15796bda392a",
+    "verl.utils.device:get_torch_device": "ac596dd4e91409cc",
+    "verl.utils.profiler.performance:topk_reduce_ratio_min_max": "279a580aea136416",
+    "verl.workers.rollout.base:get_rollout_class": "16daabb5959456cf",
+    "verl.workers.rollout.base:BaseRollout": "43e817692cebd80b",
+    "verl.workers.rollout.hf_rollout:HFRollout.generate_sequences": "ecd9a25f52ce5fd6",
+    "verl.workers.rollout.hf_rollout:HFRollout._generate_minibatch": "c1c9c6b1559b2355",
 }
 
 

@@ -6,9 +6,10 @@ replaces; applying it to anything else fails loudly instead of half-working.
 
 from __future__ import annotations
 
+import ast
 import hashlib
-import inspect
-from typing import Any, Callable
+import importlib.util
+from pathlib import Path
 
 from .. import versions
 
@@ -37,7 +38,65 @@ def require_verl(patch_name: str, written_for: str | None = None) -> None:
         )
 
 
-def source_fingerprint(obj: Callable[..., Any] | type) -> str:
-    """sha256 (first 16 hex) of an object's source, to detect upstream changes."""
-    src = inspect.getsource(obj)
-    return hashlib.sha256(src.encode()).hexdigest()[:16]
+def module_file(module_name: str) -> Path:
+    """A module's source file, found without importing it (megatron/vllm modules do not import on CPU)."""
+    top, *rest = module_name.split(".")
+    spec = importlib.util.find_spec(top)  # only the top package: parents may import vllm or megatron
+    if spec is None or spec.origin is None:
+        raise PatchVersionError(f"module {module_name} not found")
+    base = Path(spec.origin).parent.joinpath(*rest)
+    for path in (base.with_suffix(".py"), base / "__init__.py"):
+        if path.is_file():
+            return path
+    raise PatchVersionError(f"module {module_name} not found")
+
+
+def static_source(path: Path, qualname: str) -> str:
+    """Source of ``Class.method`` / ``function`` in ``path``, read with ast (no import)."""
+    src = path.read_text(encoding="utf-8")
+    nodes: list[ast.AST] = [ast.parse(src)]
+    node: ast.AST | None = None
+    for part in qualname.split("."):
+        node = next(
+            (n for parent in nodes for n in getattr(parent, "body", [])
+             if isinstance(n, (ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef)) and n.name == part),
+            None,
+        )
+        if node is None:
+            raise PatchVersionError(f"{qualname} not found in {path}")
+        nodes = [node]
+    return ast.get_source_segment(src, node, padded=True) or ""
+
+
+def fingerprint(target: str, path: Path | None = None) -> str:
+    """sha256 (first 16 hex) of ``"pkg.module:Class.attr"``'s source, to detect upstream changes."""
+    module_name, _, qualname = target.partition(":")
+    source = static_source(path or module_file(module_name), qualname)
+    return hashlib.sha256(source.encode()).hexdigest()[:16]
+
+
+def changed_fingerprints(fingerprints: dict[str, str], paths: dict[str, Path] | None = None) -> dict[str, tuple[str, str]]:
+    """Targets whose source no longer matches: {target: (expected, actual)}.
+
+    ``paths`` maps a module name to the file to read instead (an imported module's
+    ``__file__``, or a modified copy in tests).
+    """
+    changed = {}
+    for target, expected in fingerprints.items():
+        module_name = target.partition(":")[0]
+        try:
+            actual = fingerprint(target, (paths or {}).get(module_name))
+        except PatchVersionError:
+            actual = "missing"
+        if actual != expected:
+            changed[target] = (expected, actual)
+    return changed
+
+
+def require_unchanged(patch_name: str, fingerprints: dict[str, str], paths: dict[str, Path] | None = None) -> None:
+    changed = changed_fingerprints(fingerprints, paths)
+    if changed:
+        raise PatchVersionError(
+            f"npu_rl patch {patch_name!r}: verl's {', '.join(sorted(changed))} changed since the patch was "
+            "written; port the patch"
+        )

@@ -148,6 +148,30 @@ class OptimizationsSpec(_Strict):
     recompute_old_log_prob: bool = True
 
 
+class ReshardSpec(_Strict):
+    """Train-to-rollout weight sync through npu_rl.reshard's alltoallv plan (megatron, NPU only)."""
+
+    enabled: bool = False
+    # Per-rank staging (send + receive) cap of one alltoallv round; bounds the sync's extra memory.
+    bucket_mb: int = Field(64, gt=0)
+
+
+class WeightConversionSpec(_Strict):
+    """Prepare job: HF checkpoint -> (bf16) -> Megatron dist checkpoint, run once before training."""
+
+    hf_path: str = Field(description="HF checkpoint as published (DeepSeek-R1 ships FP8 weights)")
+    bf16_path: str | None = Field(None, description="Where the FP8->BF16 cast writes; None when already bf16")
+    mcore_path: str = Field(description="Megatron dist checkpoint the actor and ref load")
+    # Conversion tools, relative to the workspace: DeepSeek's FP8 cast (github.com/deepseek-ai/DeepSeek-V3
+    # inference/) and verl's HF->Megatron converter (scripts/ of the pinned verl checkout, not in the wheel).
+    fp8_cast_script: str = "DeepSeek-V3/inference/fp8_cast_bf16.py"
+    converter_script: str = "verl/scripts/converter_hf_to_mcore.py"
+
+
+class PrepareSpec(_Strict):
+    weight_conversion: WeightConversionSpec | None = None
+
+
 class Recipe(_Strict):
     name: str
     description: str = ""
@@ -161,6 +185,8 @@ class Recipe(_Strict):
     logging: LoggingSpec
     checkpoint: CheckpointSpec = CheckpointSpec()
     optimizations: OptimizationsSpec = OptimizationsSpec()
+    reshard: ReshardSpec = ReshardSpec()
+    prepare: PrepareSpec = PrepareSpec()
     env: dict[str, str] = Field(default_factory=dict, description="Environment exported to every process")
     verl_overrides: dict[str, Any] = Field(
         default_factory=dict, description="Extra hydra overrides for verl, dotted keys -> values (escape hatch)"
@@ -219,6 +245,8 @@ class Recipe(_Strict):
                     f"but algorithm.ppo_epochs={a.ppo_epochs} and algorithm.ppo_mini_batch_size="
                     f"{a.ppo_mini_batch_size} != algorithm.train_batch_size={a.train_batch_size}"
                 )
+        if self.reshard.enabled and (self.actor.strategy != "megatron" or self.resources.platform == "cpu"):
+            raise ValueError("reshard.enabled needs actor.strategy megatron on an NPU platform")
         if self.resources.platform == "cpu" and self.rollout.name != "hf":
             raise ValueError(f"resources.platform cpu needs rollout.name hf (got {self.rollout.name!r})")
         return self

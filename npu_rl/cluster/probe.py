@@ -1,0 +1,77 @@
+"""Is the head's GCS port reachable: a plain TCP connect, retried with backoff until a deadline.
+
+A TCP probe costs nothing on the head and needs no Ray client, so workers use
+it both to wait for the head to appear and to notice that it has gone.
+"""
+
+from __future__ import annotations
+
+import socket
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class Address:
+    host: str
+    port: int
+
+    def __str__(self) -> str:
+        return f"{self.host}:{self.port}"
+
+    @classmethod
+    def parse(cls, text: str, default_port: int) -> "Address":
+        host, sep, port = text.rpartition(":")
+        if not sep:
+            return cls(text, default_port)
+        if not port.isdigit() or not host:
+            raise ValueError(f"bad address {text!r} (expected HOST or HOST:PORT)")
+        return cls(host, int(port))
+
+
+def port_open(addr: Address, timeout: float = 2.0) -> bool:
+    try:
+        with socket.create_connection((addr.host, addr.port), timeout=timeout):
+            return True
+    except OSError:  # refused, unreachable, or a host name DNS does not know yet
+        return False
+
+
+def backoff(initial: float = 0.5, factor: float = 2.0, cap: float = 15.0) -> Iterator[float]:
+    delay = initial
+    while True:
+        yield delay
+        delay = min(cap, delay * factor)
+
+
+class Deadline:
+    def __init__(self, seconds: float, clock: Callable[[], float] = time.monotonic):
+        self._clock = clock
+        self.start = clock()
+        self.end = self.start + seconds
+
+    def left(self) -> float:
+        return max(0.0, self.end - self._clock())
+
+    def elapsed(self) -> float:
+        return self._clock() - self.start
+
+    def passed(self) -> bool:
+        return self.left() <= 0
+
+
+def wait_for_port(addr: Address, deadline: Deadline, delays: Iterator[float],
+                  progress: Callable[[str], None], what: str = "head") -> bool:
+    """Poll until ``addr`` accepts connections (True) or the deadline passes (False)."""
+    attempt = 0
+    while True:
+        attempt += 1
+        if port_open(addr, timeout=min(2.0, max(0.1, deadline.left()))):
+            return True
+        if deadline.passed():
+            return False
+        delay = min(next(delays), deadline.left())
+        progress(f"{what} {addr} not reachable yet (attempt {attempt}, {deadline.left():.0f}s left); "
+                 f"retrying in {delay:.1f}s")
+        time.sleep(delay)

@@ -1,0 +1,135 @@
+"""One `ray start --block` child process: its command line, start-up and shutdown.
+
+``--block`` keeps Ray's own supervisor in the foreground: it exits when any
+Ray daemon of this node dies, and on SIGTERM it stops exactly the daemons it
+started (``ray stop`` would stop every Ray on the machine).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import shlex
+import signal
+import subprocess
+import sys
+import threading
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from .probe import Address, Deadline
+
+STARTED_MARKER = "Ray runtime started."
+
+
+@dataclass(frozen=True)
+class NodeSpec:
+    npus: int
+    node_ip: str
+    dashboard: bool = True
+    extra_args: Sequence[str] = field(default_factory=tuple)
+
+
+def ray_executable() -> str:
+    beside = Path(sys.executable).with_name("ray")
+    return str(beside) if beside.exists() else "ray"
+
+
+def _common(spec: NodeSpec) -> list[str]:
+    return [
+        "--block",
+        "--disable-usage-stats",
+        f"--node-ip-address={spec.node_ip}",
+        # NPUs are a custom resource in Ray; registering them explicitly makes the
+        # count independent of Ray's device autodetection (which needs CANN's acl).
+        f"--resources={json.dumps({'NPU': spec.npus})}",
+        "--num-gpus=0",
+    ]
+
+
+def head_argv(spec: NodeSpec, port: int) -> list[str]:
+    argv = [ray_executable(), "start", "--head", f"--port={port}", *_common(spec)]
+    if spec.dashboard:
+        argv += ["--include-dashboard=true", "--dashboard-host=0.0.0.0"]
+    else:
+        argv += ["--include-dashboard=false"]
+    return argv + list(spec.extra_args)
+
+
+def worker_argv(spec: NodeSpec, head: Address) -> list[str]:
+    return [ray_executable(), "start", f"--address={head}", *_common(spec), *spec.extra_args]
+
+
+def kuberay_argv(generated: str, node_ip: str) -> list[str]:
+    """KubeRay's generated `ray start` (from rayStartParams), pinned to the chosen interface."""
+    argv = shlex.split(generated)
+    if not any(a.startswith("--node-ip-address") for a in argv):
+        argv.append(f"--node-ip-address={node_ip}")
+    if "--block" not in argv:
+        argv.append("--block")
+    return argv
+
+
+class RayNode:
+    """A running `ray start --block`; its output is forwarded line by line with a prefix."""
+
+    def __init__(self, argv: list[str], env: Mapping[str, str], log: Callable[[str], None]):
+        self.argv = argv
+        self.env = dict(env)
+        self.log = log
+        self.proc: subprocess.Popen[str] | None = None
+        self._started = threading.Event()
+        self._reader: threading.Thread | None = None
+
+    def start(self) -> "RayNode":
+        self.log("running: " + shlex.join(self.argv))
+        # A session of its own: every Ray daemon of this node inherits its process group,
+        # so stop() can sweep stragglers (agents outlive a raylet whose GCS is gone).
+        self.proc = subprocess.Popen(self.argv, env=self.env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                                     text=True, errors="replace", bufsize=1, start_new_session=True)
+        self._reader = threading.Thread(target=self._forward, name="ray-start-output", daemon=True)
+        self._reader.start()
+        return self
+
+    def _forward(self) -> None:
+        assert self.proc is not None and self.proc.stdout is not None
+        for line in self.proc.stdout:
+            if STARTED_MARKER in line:
+                self._started.set()
+            sys.stderr.write("[ray] " + line)
+        sys.stderr.flush()
+
+    def wait_started(self, deadline: Deadline) -> bool:
+        """True once Ray reports it is up; False if it exited first or the deadline passed."""
+        assert self.proc is not None
+        while not deadline.passed():
+            if self._started.wait(timeout=min(0.2, max(0.01, deadline.left()))):
+                return True
+            if self.proc.poll() is not None:
+                return self._started.is_set()
+        return self._started.is_set()
+
+    def poll(self) -> int | None:
+        return None if self.proc is None else self.proc.poll()
+
+    def stop(self, grace: float = 30.0) -> int | None:
+        if self.proc is None:
+            return None
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                self.proc.wait(timeout=grace)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(self.proc.pid, signal.SIGKILL)
+        if self._reader is not None:
+            self._reader.join(timeout=5)
+        return self.proc.returncode
+
+
+def child_env(extra: Mapping[str, str]) -> dict[str, str]:
+    return {**os.environ, **extra}

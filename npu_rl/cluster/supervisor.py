@@ -1,0 +1,243 @@
+"""The three node programs behind `npu-rl ray head|worker|wait`.
+
+head
+    Export the network variables, ``ray start --head --block`` with ``NPU``
+    resources, and, when given a command, wait until every node and NPU has
+    joined, run the command with ``RAY_ADDRESS`` pointing at this head, stop
+    Ray and exit with the command's exit code (so the pod's, and the Volcano
+    job's, result is the training's). Without a command it serves until Ray
+    exits or the pod is terminated.
+worker
+    Retry reaching the head's GCS port with backoff until a deadline, then
+    ``ray start --address`` (retried if it exits before joining). Once joined,
+    probe the head; when it stays unreachable for ``head_lost_after`` seconds
+    (the head's job ended and Ray stopped, or the head died), stop Ray and exit
+    non-zero, so no worker pod is left hanging.
+wait
+    Block until the cluster holds the expected nodes and NPUs, or fail with a
+    message naming what is missing.
+
+Exit codes other than the head command's own are listed in :class:`Exit`.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass, field
+from enum import IntEnum
+
+from ..errors import UserError
+from . import network
+from .membership import ClusterTimeout, Expectation, wait_for_cluster
+from .probe import Address, Deadline, backoff, port_open, wait_for_port
+from .raynode import NodeSpec, RayNode, child_env, head_argv, kuberay_argv, worker_argv
+
+
+class Exit(IntEnum):
+    JOIN_TIMEOUT = 3  # worker: the head never became reachable, or Ray never joined it
+    HEAD_LOST = 4  # worker: the head went away after this node joined
+    CLUSTER_TIMEOUT = 5  # head/wait: nodes or NPUs still missing at the deadline
+    RAY_FAILED = 6  # `ray start` failed to come up or died on its own
+    TERMINATED = 143  # SIGTERM (pod deletion, job completion); 128 + 15 as a shell reports it
+
+
+class ClusterError(UserError):
+    """A launcher failure printed as one line, with the exit code of :class:`Exit`."""
+
+
+def log(msg: str) -> None:
+    print(f"npu-rl ray: {msg}", file=sys.stderr, flush=True)
+
+
+class Terminated(Exception):
+    pass
+
+
+@contextlib.contextmanager
+def sigterm_raises() -> Iterator[None]:
+    """Turn SIGTERM into an exception so that children are stopped on the way out."""
+
+    def handler(signum, frame):  # noqa: ARG001 - signal handler signature
+        raise Terminated()
+
+    previous = signal.signal(signal.SIGTERM, handler)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
+@dataclass
+class HeadOptions:
+    nnodes: int
+    npus: int
+    port: int = 6379
+    ifname: str | None = None
+    head_host: str | None = None
+    dashboard: bool = True
+    extra_args: Sequence[str] = field(default_factory=tuple)
+    start_timeout: float = 180.0
+    wait_timeout: float = 1800.0
+    command: Sequence[str] = field(default_factory=tuple)
+    kuberay_cmd: str | None = None
+
+
+@dataclass
+class WorkerOptions:
+    head: Address
+    npus: int
+    ifname: str | None = None
+    extra_args: Sequence[str] = field(default_factory=tuple)
+    join_timeout: float = 1800.0
+    head_lost_after: float = 30.0
+    probe_interval: float = 2.0
+    max_backoff: float = 15.0
+    kuberay_cmd: str | None = None
+
+
+def _local_interface(head_host: str | None, ifname: str | None) -> network.Interface:
+    head_ip = None
+    if head_host and not ifname:
+        with contextlib.suppress(OSError):  # the head's DNS record may not exist yet
+            head_ip = network.resolve(head_host)
+    return network.select_interface(head_ip, ifname)
+
+
+def _env_for(iface: network.Interface) -> dict[str, str]:
+    extra = network.network_env(iface, os.environ)
+    log("interface {} ({}); {}".format(iface.name, iface.ip, " ".join(f"{k}={v}" for k, v in sorted(extra.items()))))
+    return child_env(extra)
+
+
+def _stop_job(job: subprocess.Popen, grace: float = 60.0) -> int:
+    if job.poll() is None:
+        job.send_signal(signal.SIGTERM)
+        try:
+            job.wait(timeout=grace)
+        except subprocess.TimeoutExpired:
+            job.kill()
+    return job.wait()
+
+
+def run_head(opts: HeadOptions) -> int:
+    iface = _local_interface(opts.head_host, opts.ifname)
+    env = _env_for(iface)
+    spec = NodeSpec(npus=opts.npus, node_ip=iface.ip, dashboard=opts.dashboard, extra_args=opts.extra_args)
+    argv = kuberay_argv(opts.kuberay_cmd, iface.ip) if opts.kuberay_cmd else head_argv(spec, opts.port)
+    address = Address(iface.ip, opts.port)
+    node = RayNode(argv, env, log)
+    job: subprocess.Popen | None = None
+    with sigterm_raises():
+        try:
+            node.start()
+            if not node.wait_started(Deadline(opts.start_timeout)):
+                raise ClusterError(f"ray head did not start (exit code {node.poll()}) within "
+                                   f"{opts.start_timeout:.0f}s; see the [ray] lines above", Exit.RAY_FAILED)
+            log(f"head up at {address} with {opts.npus} NPU; expecting {opts.nnodes} nodes")
+            if not opts.command:
+                code = node.proc.wait()
+                log(f"ray exited with code {code}")
+                return code if code else Exit.RAY_FAILED
+            want = Expectation(opts.nnodes, opts.npus)
+            try:
+                wait_for_cluster(address, want, Deadline(opts.wait_timeout), log)
+            except ClusterTimeout as err:
+                raise ClusterError(str(err), Exit.CLUSTER_TIMEOUT) from None
+            log("running: " + " ".join(opts.command))
+            job = subprocess.Popen(list(opts.command), env={**env, "RAY_ADDRESS": str(address)})
+            code = job.wait()
+            log(f"job exited with code {code}; stopping Ray")
+            return code
+        except Terminated:
+            log("terminated; stopping the job and Ray")
+            if job is not None:
+                _stop_job(job)
+            return Exit.TERMINATED
+        finally:
+            node.stop()
+
+
+def _join(opts: WorkerOptions, node_factory: Callable[[], RayNode], deadline: Deadline) -> RayNode:
+    delays = backoff(cap=opts.max_backoff)
+    attempt = 0
+    while True:
+        attempt += 1
+        if not wait_for_port(opts.head, deadline, delays, log):
+            raise ClusterError(f"head {opts.head} not reachable after {deadline.elapsed():.0f}s "
+                               f"({attempt} attempts); is the head pod running?", Exit.JOIN_TIMEOUT)
+        node = node_factory().start()
+        if node.wait_started(deadline):
+            return node
+        code = node.stop()
+        if deadline.passed():
+            raise ClusterError(f"could not join head {opts.head} within {deadline.elapsed():.0f}s "
+                               f"(ray start exit code {code})", Exit.JOIN_TIMEOUT)
+        delay = min(next(delays), deadline.left())
+        log(f"ray start exited with code {code} before joining; retrying in {delay:.1f}s")
+        time.sleep(delay)
+
+
+def _watch_head(node: RayNode, opts: WorkerOptions) -> int:
+    last_seen = time.monotonic()
+    while True:
+        code = node.poll()
+        if code is not None:
+            if not port_open(opts.head):
+                raise ClusterError(f"head {opts.head} is gone and Ray on this node exited (code {code})",
+                                   Exit.HEAD_LOST)
+            raise ClusterError(f"Ray on this node exited with code {code} while the head is up", Exit.RAY_FAILED)
+        if port_open(opts.head, timeout=opts.probe_interval):
+            last_seen = time.monotonic()
+        elif time.monotonic() - last_seen >= opts.head_lost_after:
+            node.stop()
+            raise ClusterError(f"head {opts.head} unreachable for {opts.head_lost_after:.0f}s "
+                               "(its job ended or it died); stopped this worker", Exit.HEAD_LOST)
+        time.sleep(opts.probe_interval)
+
+
+def run_worker(opts: WorkerOptions) -> int:
+    deadline = Deadline(opts.join_timeout)
+
+    @functools.cache
+    def prepared() -> tuple[network.Interface, dict[str, str]]:
+        # The route to the head is only known once its name resolves, i.e. after the first probe succeeds.
+        iface = _local_interface(opts.head.host, opts.ifname)
+        return iface, _env_for(iface)
+
+    def make_node() -> RayNode:
+        iface, env = prepared()
+        spec = NodeSpec(npus=opts.npus, node_ip=iface.ip, extra_args=opts.extra_args)
+        argv = kuberay_argv(opts.kuberay_cmd, iface.ip) if opts.kuberay_cmd else worker_argv(spec, opts.head)
+        return RayNode(argv, env, log)
+
+    node: RayNode | None = None
+    with sigterm_raises():
+        try:
+            node = _join(opts, make_node, deadline)
+            log(f"joined head {opts.head} with {opts.npus} NPU after {deadline.elapsed():.0f}s")
+            return _watch_head(node, opts)
+        except Terminated:
+            log("terminated; stopping Ray")
+            return Exit.TERMINATED
+        finally:
+            if node is not None:
+                node.stop()
+
+
+def run_wait(head: Address, want: Expectation, timeout: float) -> int:
+    deadline = Deadline(timeout)
+    if not wait_for_port(head, deadline, backoff(), log):
+        raise ClusterError(f"head {head} not reachable after {deadline.elapsed():.0f}s; "
+                           f"{want.nnodes} of {want.nnodes} nodes missing", Exit.CLUSTER_TIMEOUT)
+    try:
+        wait_for_cluster(head, want, deadline, log)
+    except ClusterTimeout as err:
+        raise ClusterError(str(err), Exit.CLUSTER_TIMEOUT) from None
+    return 0

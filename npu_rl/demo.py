@@ -1,0 +1,129 @@
+"""`make demo`: the whole pipeline on CPU with the tiny recipe.
+
+model -> data -> GRPO through Ray (verl) -> checkpoint -> merge -> evaluation
+-> health report, each step through the same `npu-rl` jobs a user runs on NPU.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import sys
+import time
+from pathlib import Path
+
+RECIPE = "tiny_math_cpu"
+
+
+def _step(title: str) -> None:
+    print(f"\n=== {title} ===", flush=True)
+
+
+def _job(argv: list[str], ok_codes: tuple[int, ...] = (0,)) -> int:
+    from .cli import main
+
+    print("$ npu-rl " + " ".join(argv), flush=True)
+    code = main(argv)
+    if code not in ok_codes:
+        print(f"demo: `npu-rl {' '.join(argv)}` failed with exit code {code}", file=sys.stderr)
+        raise SystemExit(code)
+    return code
+
+
+def run(workdir: Path, steps: int, eval_limit: int, fresh: bool) -> int:
+    workdir = workdir.resolve()
+    workdir.mkdir(parents=True, exist_ok=True)
+    os.environ["NPU_RL_WORKSPACE"] = str(workdir)
+    from .launcher import paths as run_paths
+    from .recipe import load_recipe
+
+    recipe = load_recipe(RECIPE, {"algorithm.total_training_steps": steps})
+    if fresh:
+        import shutil
+
+        for d in (run_paths.checkpoint_root(recipe), run_paths.log_root(recipe)):
+            shutil.rmtree(d, ignore_errors=True)
+    t_start = time.monotonic()
+    timings: dict[str, float] = {}
+
+    _step("1/6 tiny Qwen2 model (random init + short warm start, no download)")
+    t = time.monotonic()
+    model_dir = run_paths.model_dir(recipe)
+    if (model_dir / "config.json").is_file():
+        print(f"reusing {model_dir}")
+    else:
+        _job(["model", "tiny", "--out", str(model_dir), "--recipe", RECIPE])
+    timings["model"] = time.monotonic() - t
+
+    _step("2/6 data: bundled MATH-style sample -> verl parquet")
+    t = time.monotonic()
+    _job(["data", "math", "--from", "sample", "--out", str(run_paths.resolve(Path(recipe.data.train_files[0]).parent))])
+    timings["data"] = time.monotonic() - t
+
+    _step(f"3/6 GRPO training with verl on Ray ({steps} steps)")
+    t = time.monotonic()
+    _job(["train", "--recipe", RECIPE, "--set", f"algorithm.total_training_steps={steps}"])
+    timings["train"] = time.monotonic() - t
+
+    _step("4/6 merge the checkpoint into a Hugging Face model")
+    t = time.monotonic()
+    _job(["merge", "--recipe", RECIPE, "--set", f"algorithm.total_training_steps={steps}"])
+    timings["merge"] = time.monotonic() - t
+
+    _step("5/6 evaluate base vs trained on the validation split")
+    t = time.monotonic()
+    _job(["eval", "--recipe", RECIPE, "--limit", str(eval_limit)])
+    timings["eval"] = time.monotonic() - t
+
+    _step("6/6 training health report")
+    t = time.monotonic()
+    from .report import build_report
+
+    report = build_report(run_paths.log_root(recipe), recipe=recipe)
+    timings["report"] = time.monotonic() - t
+    print(report.to_markdown())
+
+    _summary(recipe, timings, time.monotonic() - t_start, report)
+    return 0
+
+
+def _summary(recipe, timings: dict[str, float], total: float, report) -> None:
+    from .launcher import paths as run_paths
+    from .report.scalars import load_run
+
+    series = load_run(run_paths.log_root(recipe))
+
+    def values(tag: str) -> list[float]:
+        s = series.get(tag)
+        return [float(v) for v in s.values] if s is not None else []
+
+    step_times = values("timing_s/step")
+    scores = values("critic/score/mean")
+    step = run_paths.latest_step(recipe)
+    print("\n=== summary ===")
+    print(f"steps trained         : {step}")
+    if step_times:
+        print(f"seconds per step      : {statistics.median(step_times):.2f} (median of {len(step_times)})")
+    if scores:
+        print(f"reward mean per step  : {', '.join(f'{v:.3f}' for v in scores)}")
+    print(f"checkpoints           : {run_paths.checkpoint_root(recipe)}")
+    print(f"merged model          : {run_paths.merged_model_dir(recipe, step) if step else '-'}")
+    print(f"tensorboard logs      : {run_paths.tensorboard_dir(recipe)}")
+    print(f"health report         : {report.html} ({report.status})")
+    print("time per stage        : " + ", ".join(f"{k} {v:.0f}s" for k, v in timings.items()))
+    print(f"total                 : {total:.0f}s")
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(prog="python -m npu_rl.demo", description=__doc__.splitlines()[0])
+    p.add_argument("--workdir", type=Path, default=Path("workspace/demo"))
+    p.add_argument("--steps", type=int, default=6, help="GRPO steps to train")
+    p.add_argument("--eval-limit", type=int, default=32, help="validation problems to evaluate")
+    p.add_argument("--resume", action="store_true", help="keep earlier checkpoints and logs (resume training)")
+    args = p.parse_args(argv)
+    return run(args.workdir, args.steps, args.eval_limit, fresh=not args.resume)
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

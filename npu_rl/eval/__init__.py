@@ -1,0 +1,8 @@
+"""Evaluation of trained checkpoints against the base model: a local transformers
+backend for CPU and quick checks, and the recipe's OpenCompass run for the NPU image.
+Both produce the same table (model, step, dataset, metric, score)."""
+
+from .local import EvalResult, evaluate
+from .table import ResultTable, Row
+
+__all__ = ["EvalResult", "ResultTable", "Row", "evaluate"]

@@ -1,0 +1,101 @@
+"""Image variants, their tags and their build args, all derived from configs/versions.yaml.
+
+No Docker import here: the compose renderer uses the same tags and build args.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from .. import __version__, versions
+
+VARIANTS = ("a2", "a3", "cpu")
+# Stages of docker/Dockerfile: `runtime` trains, `eval` adds OpenCompass on top.
+ASCEND_TARGETS = ("runtime", "eval")
+
+
+@dataclass(frozen=True)
+class ImageSpec:
+    variant: str
+    target: str | None  # None: the Dockerfile's last stage (CPU image has one)
+
+    @property
+    def dockerfile(self) -> str:
+        """Path relative to the build context (the project root)."""
+        return "docker/Dockerfile.cpu" if self.variant == "cpu" else "docker/Dockerfile"
+
+    @property
+    def tag(self) -> str:
+        suffix = "-eval" if self.target == "eval" else ""
+        return f"npu-rl:{__version__}-{self.variant}{suffix}"
+
+
+def spec(variant: str, target: str | None = None) -> ImageSpec:
+    if variant not in VARIANTS:
+        raise ValueError(f"unknown image variant {variant!r} (expected one of {', '.join(VARIANTS)})")
+    if variant == "cpu":
+        if target not in (None, "runtime"):
+            raise ValueError("the cpu image has no eval stage")
+        return ImageSpec(variant, None)
+    target = target or "runtime"
+    if target not in ASCEND_TARGETS:
+        raise ValueError(f"unknown target {target!r} (expected one of {', '.join(ASCEND_TARGETS)})")
+    return ImageSpec(variant, target)
+
+
+def _constraints(lines: list[str]) -> str:
+    # One build arg holding the pip constraints, split into lines by the Dockerfile.
+    return " ".join(lines)
+
+
+def build_args(variant: str, pins: dict[str, Any] | None = None) -> dict[str, str]:
+    """Every version the Dockerfile for ``variant`` uses, keyed by its ARG name."""
+    p = pins if pins is not None else versions.load()
+
+    def g(key: str) -> str:
+        return str(versions.get(key, p))
+
+    common = {
+        "NPU_RL_VERSION": __version__,
+        "VERL_VERSION": g("verl.version"),
+        "RAY_VERSION": g("common.ray"),
+        "TRANSFORMERS_VERSION": g("common.transformers"),
+    }
+    if variant == "cpu":
+        return {
+            "BASE_IMAGE": f"python:{g('common.python')}-slim-bookworm",
+            "TORCH_INDEX_URL": g("cpu.torch_index_url"),
+            "TORCH_VERSION": g("cpu.torch"),
+            "PIP_CONSTRAINTS": _constraints(versions.cpu_constraints(p)),
+            **common,
+        }
+    if variant not in VARIANTS:
+        raise ValueError(f"unknown image variant {variant!r}")
+    return {
+        "BASE_IMAGE": g("ascend.base_image"),
+        "CHIP": variant,
+        "CANN_VERSION": g("ascend.cann"),
+        "TORCH_VERSION": g("ascend.torch"),
+        "TORCH_NPU_VERSION": g("ascend.torch_npu"),
+        "VLLM_VERSION": g("ascend.vllm"),
+        "VLLM_ASCEND_VERSION": g("ascend.vllm_ascend"),
+        "VERL_GIT_URL": g("verl.git_url"),
+        "VERL_COMMIT": g("verl.commit"),
+        "MINDSPEED_GIT_URL": g("ascend.mindspeed.git_url"),
+        "MINDSPEED_COMMIT": g("ascend.mindspeed.commit"),
+        "MEGATRON_CORE_VERSION": g("ascend.megatron_core"),
+        "SWANLAB_VERSION": g("dashboards.swanlab"),
+        "JUPYTERLAB_VERSION": g("dashboards.jupyterlab"),
+        "OPENCOMPASS_VERSION": g("eval.opencompass"),
+        # The base image's torch/torch_npu stay as they are; Ascend ships post
+        # releases of the pinned torch_npu (2.5.1.post1), hence the prefix match.
+        "PIP_CONSTRAINTS": _constraints([
+            f"torch=={g('ascend.torch')}",
+            f"torch-npu=={g('ascend.torch_npu')}.*",
+            f"transformers=={g('common.transformers')}",
+            f"ray=={g('common.ray')}",
+            f"tensorboard=={g('dashboards.tensorboard')}",
+        ]),
+        **common,
+    }

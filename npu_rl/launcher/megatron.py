@@ -1,0 +1,142 @@
+"""Recipe -> verl 0.6.1 hydra overrides for the megatron strategy (ppo_megatron_trainer.yaml).
+
+Only keys that stock verl 0.6.1 reads are emitted; ``+`` marks keys added under
+``override_transformer_config`` (a free dict verl passes into Megatron-core's
+TransformerConfig and MindSpeed reads its own switches from). Anything the recipe asks
+for that cannot be expressed fails here with a one-line error instead of being dropped.
+"""
+
+from __future__ import annotations
+
+from ..errors import UserError
+from ..recipe.schema import Recipe
+from ..reshard.layout import InferLayout, TrainLayout
+from ..reshard.planner import BUCKET_ENV
+from .paths import resolve
+from .overrides import hydra_value
+
+ACTOR = "actor_rollout_ref.actor.megatron"
+REF = "actor_rollout_ref.ref.megatron"
+ROLLOUT = "actor_rollout_ref.rollout"
+TF = f"{ACTOR}.override_transformer_config"
+
+
+def stage_split(layers: list[int]) -> tuple[int, int] | None:
+    """(first, last) stage sizes for Megatron-core's uneven pipeline, None when the split is even.
+
+    Megatron-core only sizes the first and last stages separately; every middle stage must
+    hold the same number of layers.
+    """
+    if len(set(layers)) == 1:
+        return None
+    middle = layers[1:-1]
+    if len(set(middle)) > 1:
+        first, last, pp = layers[0], layers[-1], len(layers)
+        total = sum(layers)
+        per = -(-(total - 2) // (pp - 2)) if pp > 2 else 0
+        hint = ""
+        if pp > 2:
+            rest = total - per * (pp - 2)
+            hint = f" (e.g. {rest - rest // 2},{','.join([str(per)] * (pp - 2))},{rest // 2})"
+        raise UserError(
+            f"actor.layers_per_stage {','.join(map(str, layers))}: verl 0.6.1 / Megatron-core size only the "
+            f"first ({first}) and last ({last}) stages separately, so the middle stages must be equal{hint}"
+        )
+    return layers[0], layers[-1]
+
+
+def megatron_overrides(recipe: Recipe) -> list[str]:
+    """Hydra overrides for ``python -m verl.trainer.main_ppo --config-name ppo_megatron_trainer``."""
+    act, roll = recipe.actor, recipe.rollout
+    if act.strategy != "megatron":
+        raise UserError(f"megatron_overrides called for actor.strategy {act.strategy!r}")
+    out: list[str] = []
+    for prefix in (ACTOR, REF):
+        out += [
+            f"{prefix}.tensor_model_parallel_size={act.tensor_model_parallel_size}",
+            f"{prefix}.pipeline_model_parallel_size={act.pipeline_model_parallel_size}",
+            f"{prefix}.expert_model_parallel_size={act.expert_model_parallel_size}",
+        ]
+    out += [
+        f"{ACTOR}.param_offload={hydra_value(act.param_offload)}",
+        f"{ACTOR}.grad_offload={hydra_value(act.param_offload)}",
+        f"{ACTOR}.optimizer_offload={hydra_value(act.optimizer_offload)}",
+        f"{REF}.param_offload={hydra_value(act.ref_param_offload)}",
+    ]
+    if act.layers_per_stage is not None:
+        split = stage_split(act.layers_per_stage)
+        if split is not None:
+            # The ref's override_transformer_config interpolates the actor's, so one place suffices.
+            out += [
+                f"+{TF}.num_layers_in_first_pipeline_stage={split[0]}",
+                f"+{TF}.num_layers_in_last_pipeline_stage={split[1]}",
+            ]
+    if recipe.resources.platform != "cpu":
+        # MindSpeed's flash attention is mandatory on NPU (MindSpeed's verl guide).
+        out.append(f"+{TF}.use_flash_attn=True")
+    if roll.expert_parallel:
+        # verl 0.6.1 requires rollout EP == TP * DP; the recipe spreads experts over every rollout rank.
+        world = recipe.resources.world_size
+        out += [
+            f"{ROLLOUT}.data_parallel_size={world // roll.tensor_model_parallel_size}",
+            f"{ROLLOUT}.expert_parallel_size={world}",
+        ]
+    conv = recipe.prepare.weight_conversion
+    if conv is not None:
+        for prefix in (ACTOR, REF):
+            out += [
+                f"{prefix}.use_dist_checkpointing=True",
+                f"{prefix}.dist_checkpointing_path={resolve(conv.mcore_path)}",
+            ]
+    if recipe.reshard.enabled:
+        # The reshard patch hooks verl's per_tensor_generator path, which mbridge bypasses.
+        out.append(f"{ACTOR}.use_mbridge=False")
+    return out
+
+
+def megatron_patches(recipe: Recipe) -> list[str]:
+    """npu_rl patches (NPU_RL_PATCHES names) a megatron recipe needs: the reshard switch."""
+    return ["reshard"] if recipe.reshard.enabled else []
+
+
+def megatron_env(recipe: Recipe) -> dict[str, str]:
+    """Environment the reshard patch reads in every worker (empty when it is off)."""
+    if not recipe.reshard.enabled:
+        return {}
+    return {BUCKET_ENV: str(recipe.reshard.bucket_mb)}
+
+
+def reshard_layouts(recipe: Recipe) -> tuple[TrainLayout, InferLayout]:
+    """The training and rollout layouts of a megatron recipe, as the reshard planner sees them."""
+    act, roll, world = recipe.actor, recipe.rollout, recipe.resources.world_size
+    train = TrainLayout(
+        world,
+        tp=act.tensor_model_parallel_size,
+        pp=act.pipeline_model_parallel_size,
+        ep=act.expert_model_parallel_size,
+        layers_per_stage=tuple(act.layers_per_stage) if act.layers_per_stage else None,
+    )
+    infer = InferLayout(world, tp=roll.tensor_model_parallel_size, ep=world if roll.expert_parallel else 1)
+    return train, infer
+
+
+def prepare_commands(recipe: Recipe) -> list[list[str]]:
+    """The weight-conversion prepare job, as argv lists run in order inside the training image:
+    DeepSeek's FP8 -> BF16 cast (when ``bf16_path`` is set), then verl's HF -> Megatron dist
+    checkpoint converter."""
+    conv = recipe.prepare.weight_conversion
+    if conv is None:
+        return []
+    cmds = []
+    hf = resolve(conv.hf_path)
+    if conv.bf16_path:
+        cmds.append([
+            "python", str(resolve(conv.fp8_cast_script)),
+            "--input-fp8-hf-path", str(hf), "--output-bf16-hf-path", str(resolve(conv.bf16_path)),
+        ])
+        hf = resolve(conv.bf16_path)
+    cmds.append([
+        "python", str(resolve(conv.converter_script)),
+        "--hf_model_path", str(hf), "--output_path", str(resolve(conv.mcore_path)), "--use_cpu_initialization",
+    ])
+    return cmds

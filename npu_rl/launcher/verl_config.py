@@ -1,0 +1,105 @@
+"""Check a recipe's overrides against the installed verl's own hydra config.
+
+Composes ``verl/trainer/config/<ppo_trainer|ppo_megatron_trainer>.yaml`` with
+the overrides exactly as ``verl.trainer.main_ppo`` would, so an unknown key, a
+value of the wrong type or a batch layout verl rejects is reported before Ray
+starts rather than minutes into a run.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from ..errors import UserError
+
+
+def verl_config_dir() -> Path:
+    import verl
+
+    return Path(verl.__file__).resolve().parent / "trainer" / "config"
+
+
+def _key_of(override: str) -> tuple[str, bool]:
+    key = override.split("=", 1)[0]
+    appended = key.startswith("+")
+    return key.lstrip("+~"), appended
+
+
+def _select(cfg, key: str) -> Any:
+    from omegaconf import OmegaConf
+
+    try:
+        return OmegaConf.select(cfg, key, throw_on_missing=False)
+    except Exception:  # unresolvable interpolations in verl's defaults
+        return None
+
+
+def _compatible(default: Any, value: Any) -> bool:
+    from omegaconf import DictConfig, ListConfig
+
+    if default is None or value is None:
+        return True
+    if isinstance(default, bool) or isinstance(value, bool):
+        return isinstance(default, bool) and isinstance(value, bool)
+    if isinstance(default, (int, float)) and isinstance(value, (int, float)):
+        return not (isinstance(default, int) and isinstance(value, float) and not value.is_integer())
+    if isinstance(default, (ListConfig, list)):
+        return isinstance(value, (ListConfig, list))
+    if isinstance(default, str) and isinstance(value, (ListConfig, list)):
+        # verl's file keys (data.train_files, ...) take one path or a list of them.
+        return all(isinstance(v, str) for v in value)
+    if isinstance(default, (DictConfig, dict)):
+        return isinstance(value, (DictConfig, dict))
+    return type(default) is type(value)
+
+
+def compose_verl_config(overrides: list[str], config_name: str = "ppo_trainer"):
+    """Return verl's composed config; raise UserError on unknown or mistyped keys."""
+    from hydra import compose, initialize_config_dir
+    from hydra.core.global_hydra import GlobalHydra
+    from hydra.errors import HydraException
+    from omegaconf.errors import OmegaConfBaseException
+
+    GlobalHydra.instance().clear()
+    with initialize_config_dir(config_dir=str(verl_config_dir()), version_base=None):
+        base = compose(config_name=config_name)
+        try:
+            cfg = compose(config_name=config_name, overrides=overrides)
+        except (HydraException, OmegaConfBaseException) as err:
+            first = str(err).strip().splitlines()[0]
+            raise UserError(f"verl {config_name}.yaml rejects the recipe's overrides: {first}") from None
+    GlobalHydra.instance().clear()
+
+    for override in overrides:
+        key, appended = _key_of(override)
+        if appended:
+            continue
+        default, value = _select(base, key), _select(cfg, key)
+        if not _compatible(default, value):
+            raise UserError(
+                f"verl config key {key!r} expects {type(default).__name__} (default {default!r}) "
+                f"but the recipe gives {type(value).__name__} {value!r}"
+            )
+    return cfg
+
+
+def validate_with_verl(cfg) -> None:
+    """verl's own batch/parallelism validation (the assertions main_ppo runs)."""
+    from verl.utils.config import validate_config
+
+    use_ref = bool(cfg.actor_rollout_ref.actor.use_kl_loss or cfg.algorithm.use_kl_in_reward)
+    use_critic = cfg.algorithm.adv_estimator == "gae"
+    try:
+        validate_config(config=cfg, use_reference_policy=use_ref, use_critic=use_critic)
+    except (AssertionError, ValueError) as err:
+        msg = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
+        raise UserError(f"verl rejects the recipe's batch/parallel layout: {msg}") from None
+
+
+def check_recipe(recipe) -> Any:
+    from .overrides import build_overrides, config_name
+
+    cfg = compose_verl_config(build_overrides(recipe), config_name(recipe))
+    validate_with_verl(cfg)
+    return cfg

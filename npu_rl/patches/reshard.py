@@ -1,0 +1,192 @@
+"""Weight sync through the alltoallv reshard for verl 0.6.1's megatron strategy (NPU).
+
+verl's ``ActorRolloutRefWorker.rollout_mode`` turns the Megatron shards into full HF
+tensors with ``per_tensor_generator`` (PP broadcast + EP/TP all_gather on every rank)
+and feeds them to ``rollout.update_weights``. This patch keeps that method and swaps
+the two ends: inside ``rollout_mode`` the generator returns a :class:`ReshardRequest`
+(this rank's training shards and a cached plan), and ``update_weights`` executes it
+straight into the vLLM model's parameters. Installed only when a recipe sets
+``reshard.enabled`` (the launcher adds ``reshard`` to ``NPU_RL_PATCHES``); the schema
+allows that only on NPU platforms.
+"""
+
+from __future__ import annotations
+
+import contextvars
+from pathlib import Path
+from typing import Any
+
+from .guard import PatchVersionError, require_unchanged, require_verl
+from .hooks import when_imported
+
+PATCH_NAME = "reshard"
+
+MEGATRON_WORKERS = "verl.workers.megatron_workers"
+MEGATRON_UTILS = "verl.utils.megatron_utils"
+VLLM_ROLLOUT = "verl.workers.rollout.vllm_rollout.vllm_rollout_spmd"
+
+# Source fingerprints (npu_rl.patches.guard) of what the wrappers rely on, in verl 0.6.1:
+# rollout_mode passes per_tensor_generator's result to rollout.update_weights when no
+# mbridge is used, and update_weights loads into the engine's model.
+FINGERPRINTS = {
+    f"{MEGATRON_WORKERS}:ActorRolloutRefWorker.rollout_mode": "2ab43d19621d8ae1",
+    f"{MEGATRON_UTILS}:per_tensor_generator": "b63b338ac4b31f89",
+    f"{VLLM_ROLLOUT}:vLLMRollout.update_weights": "b185a260121c953b",
+    f"{VLLM_ROLLOUT}:vLLMAsyncRollout.update_weights": "c2c5f5f23d8853ce",
+}
+
+_worker: contextvars.ContextVar[Any] = contextvars.ContextVar("npu_rl_reshard_worker", default=None)
+
+
+def _check(module_name: str, path: Path | None = None) -> None:
+    mine = {t: fp for t, fp in FINGERPRINTS.items() if t.startswith(module_name + ":")}
+    require_unchanged(PATCH_NAME, mine, {module_name: path} if path else None)
+
+
+def install() -> None:
+    when_imported("verl", lambda m: require_verl(PATCH_NAME))
+    when_imported(MEGATRON_WORKERS, patch_megatron_workers)
+    when_imported(VLLM_ROLLOUT, patch_vllm_rollout)
+
+
+# --- training side -------------------------------------------------------------------------------
+
+
+def parallel_info() -> dict[str, int]:
+    """This rank's Megatron-core layout (a separate function so tests can stand in for mcore)."""
+    import torch.distributed as dist
+    from megatron.core import parallel_state as mpu
+
+    if mpu.get_expert_tensor_parallel_world_size() != mpu.get_tensor_model_parallel_world_size():
+        raise PatchVersionError("reshard assumes expert TP == TP (Megatron-core's default)")
+    return {
+        "rank": dist.get_rank(),
+        "world": dist.get_world_size(),
+        "tp": mpu.get_tensor_model_parallel_world_size(),
+        "pp": mpu.get_pipeline_model_parallel_world_size(),
+        "ep": mpu.get_expert_model_parallel_world_size(),
+        "tp_rank": mpu.get_tensor_model_parallel_rank(),
+        "pp_rank": mpu.get_pipeline_model_parallel_rank(),
+        "ep_rank": mpu.get_expert_model_parallel_rank(),
+    }
+
+
+def _stage_sizes(num_layers: int, pp: int, tf_config: Any) -> tuple[int, ...] | None:
+    first = getattr(tf_config, "num_layers_in_first_pipeline_stage", None)
+    last = getattr(tf_config, "num_layers_in_last_pipeline_stage", None)
+    if first is None and last is None:
+        return None
+    first = first if first is not None else 0
+    last = last if last is not None else 0
+    middle = pp - (first > 0) - (last > 0)
+    per = (num_layers - first - last) // max(middle, 1)
+    sizes = [per] * pp
+    if first:
+        sizes[0] = first
+    if last:
+        sizes[-1] = last
+    return tuple(sizes)
+
+
+def build_request(worker: Any, actor_module: list, hf_config: Any, tf_config: Any):
+    from ..reshard.layout import InferLayout, TrainLayout
+    from ..reshard.verl_sync import (
+        ReshardRequest,
+        bucket_bytes_from_env,
+        cached_plan,
+        megatron_shards,
+        shapes_from_hf_config,
+    )
+
+    info = parallel_info()
+    if len(actor_module) != 1:
+        raise PatchVersionError("reshard does not support virtual pipeline stages")
+    shapes = shapes_from_hf_config(hf_config)
+    train = TrainLayout(
+        info["world"], tp=info["tp"], pp=info["pp"], ep=info["ep"],
+        layers_per_stage=_stage_sizes(shapes.num_layers, info["pp"], tf_config),
+    )
+    mine = train.coords(info["rank"])
+    if (mine["tp"], mine["pp"], mine["ep"]) != (info["tp_rank"], info["pp_rank"], info["ep_rank"]):
+        raise PatchVersionError(f"reshard: Megatron's rank order differs from the planner's ({mine} vs {info})")
+    rollout = worker.config.rollout
+    infer = InferLayout(info["world"], tp=rollout.tensor_model_parallel_size, ep=rollout.expert_parallel_size)
+    plan = cached_plan(shapes, train, infer, bucket_bytes_from_env())
+
+    offset = sum(train.stage_sizes(shapes.num_layers)[: info["pp_rank"]])
+    module = actor_module[0]
+    while hasattr(module, "module"):  # DDP / Float16Module wrappers
+        module = module.module
+    named = dict(module.named_parameters())
+    # router.expert_bias is a buffer: in state_dict, not in named_parameters.
+    for k, v in module.state_dict().items():
+        if k not in named and "_extra_state" not in k:
+            named[k] = v
+
+    def global_name(name: str) -> str:
+        parts = name.split(".")
+        if len(parts) > 2 and parts[0] == "decoder" and parts[1] == "layers":
+            parts[2] = str(int(parts[2]) + offset)
+        return ".".join(parts)
+
+    shards = megatron_shards((global_name(n), t) for n, t in named.items())
+    return ReshardRequest(plan=plan, rank=info["rank"], train_shards=shards)
+
+
+def patch_megatron_workers(module: Any, check: bool = True) -> None:
+    if check:
+        _check(MEGATRON_WORKERS, Path(module.__file__))
+        _check(MEGATRON_UTILS)
+    cls = module.ActorRolloutRefWorker
+    if getattr(cls.rollout_mode, "_npu_rl_reshard", False):
+        return
+    original_mode = cls.rollout_mode
+    original_gen = module.per_tensor_generator
+
+    async def rollout_mode(self, *args, **kwargs):
+        token = _worker.set(self)
+        try:
+            return await original_mode(self, *args, **kwargs)
+        finally:
+            _worker.reset(token)
+
+    def per_tensor_generator(actor_module, model_config, weight_converter, transformer_config, *args, **kwargs):
+        worker = _worker.get()
+        if worker is None:  # any other caller keeps verl's gather-everything generator
+            return original_gen(actor_module, model_config, weight_converter, transformer_config, *args, **kwargs)
+        return build_request(worker, actor_module, model_config, transformer_config)
+
+    rollout_mode._npu_rl_reshard = True
+    cls.rollout_mode = rollout_mode
+    module.per_tensor_generator = per_tensor_generator
+
+
+# --- rollout side --------------------------------------------------------------------------------
+
+
+def rollout_model(rollout: Any) -> Any:
+    """The vLLM model object behind a verl rollout (sync engine or async worker extension)."""
+    engine = rollout.inference_engine
+    if hasattr(engine, "worker"):
+        return engine.worker.model_runner.model
+    return engine.llm_engine.model_executor.driver_worker.worker.model_runner.model
+
+
+def patch_vllm_rollout(module: Any, check: bool = True) -> None:
+    from ..reshard.verl_sync import ReshardRequest
+
+    if check:
+        _check(VLLM_ROLLOUT, Path(module.__file__))
+    for cls in (module.vLLMRollout, module.vLLMAsyncRollout):
+        original = cls.update_weights
+        if getattr(original, "_npu_rl_reshard", False):
+            continue
+
+        async def update_weights(self, weights, _original=original, **kwargs):
+            if isinstance(weights, ReshardRequest):
+                weights.apply(rollout_model(self).named_parameters())
+                return None
+            return await _original(self, weights, **kwargs)
+
+        update_weights._npu_rl_reshard = True
+        cls.update_weights = update_weights

@@ -1,0 +1,1 @@
+"""Rendering of deployment files (compose, Kubernetes) from recipes with jinja2."""

@@ -1,0 +1,117 @@
+"""``compose/docker-compose.yml`` and ``compose/.env.example`` from the recipes and pins.
+
+The variables both files use are declared once here (``VARIABLES``), so every
+``${VAR}`` in the compose file has a default and a line in ``.env.example``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path, PurePosixPath
+
+from jinja2 import Environment, PackageLoader, StrictUndefined
+
+from ..image.spec import build_args, spec
+from ..launcher import paths as run_paths
+from ..paths import workspace
+from ..platform.devices import CONTROL_DEVICES, HOST_MOUNTS
+from ..recipe import load_recipe
+from ..recipe.schema import Recipe
+
+# The recipe `docker compose up train-qwen` runs: one Atlas A2 NPU.
+TRAIN_RECIPE = "qwen2_5_1_5b_math_a2_1card"
+CONTAINER_WORKSPACE = PurePosixPath("/workspace")
+# Ray's object store lives in /dev/shm; npu_rl.platform.doctor.MIN_SHM is the floor.
+DEFAULT_SHM = "64g"
+CPU_SHM = "2g"
+
+
+@dataclass(frozen=True)
+class Var:
+    name: str
+    default: str
+    doc: str
+
+    @property
+    def ref(self) -> str:
+        return f"${{{self.name}:-{self.default}}}"
+
+
+def variables(recipe: Recipe) -> list[Var]:
+    model_dir = _in_container(run_paths.model_dir(recipe))
+    return [
+        Var("NPU_RL_IMAGE", spec("a2").tag, "Ascend image of every NPU service (`npu-rl image build --variant a2`)"),
+        Var("NPU_RL_EVAL_IMAGE", spec("a2", "eval").tag, "Ascend image with OpenCompass, for the eval service"),
+        Var("NPU_RL_CPU_IMAGE", spec("cpu").tag, "CPU image of the cpu-demo service"),
+        Var("WORKSPACE_DIR", "../workspace",
+            "Host directory mounted at /workspace: models, data, checkpoints and logs (relative to compose/)"),
+        Var("NPU_DEVICE", "0", "Physical id N of the /dev/davinciN that NPU services get (see `npu-smi info`)"),
+        Var("SHM_SIZE", DEFAULT_SHM, "Shared memory of NPU services (Ray's object store; `npu-rl doctor` checks it)"),
+        Var("CPU_SHM_SIZE", CPU_SHM, "Shared memory of the cpu-demo service"),
+        Var("MODEL_SOURCE", recipe.model.hub_id or str(model_dir),
+            f"What `prepare` fetches into {model_dir}: a hub id or a local directory under /workspace"),
+        Var("MATH_SOURCE", "",
+            "Directory under /workspace with the raw MATH-lighteval parquet files (empty: download from the hub)"),
+        Var("DASHBOARD_BIND", "127.0.0.1", "Host address of the TensorBoard, SwanLab and notebook ports"),
+        Var("TENSORBOARD_PORT", "6006", "Host port of TensorBoard"),
+        Var("SWANLAB_PORT", "5092", "Host port of the SwanLab dashboard"),
+        Var("NOTEBOOK_PORT", "8888", "Host port of JupyterLab"),
+    ]
+
+
+# Passed into containers only when set on the host or in compose/.env.
+PASSTHROUGH = [
+    Var("HF_ENDPOINT", "https://hf-mirror.com", "Hugging Face mirror for `prepare` (e.g. in mainland China)"),
+    Var("HF_TOKEN", "hf_...", "Hugging Face token, for gated models"),
+    Var("JUPYTER_TOKEN", "choose-a-token", "JupyterLab login token (default: a random one, printed in the log)"),
+]
+
+
+def _in_container(host_path: Path) -> PurePosixPath:
+    """A workspace path as the containers see it (the workspace volume is /workspace)."""
+    return CONTAINER_WORKSPACE / host_path.relative_to(workspace()).as_posix()
+
+
+def _environment() -> Environment:
+    env = Environment(
+        loader=PackageLoader("npu_rl.render", "templates/compose"),
+        undefined=StrictUndefined,
+        keep_trailing_newline=True,
+        trim_blocks=True,
+        lstrip_blocks=True,
+    )
+    env.filters["q"] = lambda s: '"' + str(s).replace("\\", "\\\\").replace('"', '\\"') + '"'
+    return env
+
+
+def context() -> dict:
+    recipe = load_recipe(TRAIN_RECIPE)
+    train_files = [PurePosixPath(f) for f in recipe.data.train_files]
+    vars_ = variables(recipe)
+    return {
+        "recipe": recipe,
+        "var": {v.name: v.ref for v in vars_},
+        "variables": vars_,
+        "passthrough": PASSTHROUGH,
+        "ascend_args": build_args("a2"),
+        "cpu_args": build_args("cpu"),
+        "control_devices": [f"/dev/{d}" for d in CONTROL_DEVICES],
+        "host_mounts": HOST_MOUNTS,
+        "model_dir": _in_container(run_paths.model_dir(recipe)),
+        "data_dir": train_files[0].parent,
+        "tensorboard_dir": _in_container(run_paths.tensorboard_dir(recipe)),
+        "swanlab_dir": _in_container(run_paths.swanlab_dir(recipe)),
+    }
+
+
+def render_compose(out_dir: Path) -> list[Path]:
+    """Write docker-compose.yml and .env.example into ``out_dir``; returns their paths."""
+    env = _environment()
+    ctx = context()
+    out_dir.mkdir(parents=True, exist_ok=True)
+    written = []
+    for template, name in (("docker-compose.yml.j2", "docker-compose.yml"), ("env.example.j2", ".env.example")):
+        path = out_dir / name
+        path.write_text(env.get_template(template).render(**ctx), encoding="utf-8")
+        written.append(path)
+    return written

@@ -1,0 +1,213 @@
+"""Kubernetes manifests for a multi-node recipe: a Volcano ``Job`` or a KubeRay ``RayJob``.
+
+Each file holds the recipe as a ConfigMap (mounted at /etc/npu-rl/recipe.yaml)
+and one gang-scheduled job of ``nnodes`` pods, each requesting the recipe's
+NPUs per node on nodes labelled with the platform's ``accelerator-type``.
+
+Flow on Volcano (batch.volcano.sh/v1alpha1): the ``head`` task runs
+``npu-rl ray head --nodes N --devices D -- npu-rl train --recipe ...`` and the
+``worker`` task ``npu-rl ray worker --devices D`` (head host from the ``svc``
+plugin); the head exits with the training's exit code, ``TaskCompleted`` on
+the head completes the job, and a failed or evicted pod restarts the whole job
+(training resumes from its last checkpoint) up to ``maxRetry`` times.
+
+Flow on KubeRay (ray.io/v1): ``rayStartParams`` register the NPUs; with
+``ray.io/overwrite-container-cmd`` the pods run ``npu-rl ray head|worker``,
+which export the HCCL/Gloo interface variables and then run the operator's
+generated ``ray start``; the RayJob entrypoint waits for all NPUs and trains,
+and Volcano gang-schedules the cluster (``ray.io/scheduler-name: volcano``).
+
+Pods take the image's entrypoint (it sources the CANN environment), so their
+``args`` start with ``npu-rl``.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import dataclass, field
+from pathlib import Path, PurePosixPath
+
+import yaml
+from jinja2 import Environment, PackageLoader, StrictUndefined
+
+from .. import versions
+from ..errors import UserError
+from ..image.spec import spec as image_spec
+from ..platform.devices import HOST_MOUNTS
+from ..recipe import parse_recipe
+from ..recipe.schema import Recipe
+
+TARGETS = ("volcano", "kuberay")
+RECIPE_DIR = PurePosixPath("/etc/npu-rl")
+RECIPE_FILE = "recipe.yaml"
+WORKSPACE = PurePosixPath("/workspace")  # NPU_RL_WORKSPACE of the image
+# HCCL reads the NPU NICs' addresses from here when it talks across nodes.
+K8S_HOST_MOUNTS = (*HOST_MOUNTS, "/etc/hccn.conf")
+
+
+@dataclass(frozen=True)
+class Accelerator:
+    resource: str  # extended resource of the Ascend device plugin
+    node_type: str  # value of the node label `accelerator-type`
+    max_devices: int  # NPUs on one node
+    image_variant: str
+
+
+ACCELERATORS = {
+    "npu-a2": Accelerator("huawei.com/Ascend910", "module-910b-8", 8, "a2"),
+    "npu-a3": Accelerator("huawei.com/Ascend910", "module-a3-16", 16, "a3"),
+}
+
+
+@dataclass(frozen=True)
+class K8sOptions:
+    image: str | None = None  # default: <images.registry>/<tag of the platform's image>
+    queue: str = "default"
+    pvc: str = "npu-rl-workspace"  # ReadWriteMany claim with models, data, checkpoints, logs
+    shm_size: str = "64Gi"  # memory-backed /dev/shm: Ray's object store and HCCL buffers
+    max_retry: int = 3
+    wait_timeout_s: int = 1800
+    ray_port: int = 6379
+    extra_labels: dict[str, str] = field(default_factory=dict)
+
+
+def job_name(recipe: Recipe) -> str:
+    """A DNS-1035 label (it names the Volcano Service too): lower case, dashes, at most 63 characters."""
+    slug = re.sub(r"[^a-z0-9]+", "-", recipe.name.lower()).strip("-")
+    name = f"npu-rl-{slug}"[:63].rstrip("-")
+    return name
+
+
+def default_image(platform: str) -> str:
+    registry = str(versions.get("images.registry")).rstrip("/")
+    return f"{registry}/{image_spec(ACCELERATORS[platform].image_variant).tag}"
+
+
+def _with_nodes(recipe: Recipe, nodes: int | None) -> Recipe:
+    if nodes is None or nodes == recipe.resources.nnodes:
+        return recipe
+    if nodes < 1:
+        raise UserError(f"--nodes must be >= 1 (got {nodes})")
+    data = recipe.model_dump(mode="json", exclude_unset=True)
+    data["resources"]["nnodes"] = nodes
+    # Re-validated: batch sizes must still divide over the new device count.
+    return parse_recipe(data, f"recipe {recipe.name} with --nodes {nodes}")
+
+
+def _accelerator(recipe: Recipe) -> Accelerator:
+    acc = ACCELERATORS.get(recipe.resources.platform)
+    if acc is None:
+        raise UserError(f"recipe {recipe.name}: Kubernetes manifests are for NPU platforms "
+                        f"({', '.join(ACCELERATORS)}), not {recipe.resources.platform!r}")
+    if recipe.resources.devices_per_node > acc.max_devices:
+        raise UserError(f"recipe {recipe.name}: resources.devices_per_node {recipe.resources.devices_per_node} "
+                        f"exceeds the {acc.max_devices} NPUs of a {recipe.resources.platform} node")
+    return acc
+
+
+def _recipe_yaml(recipe: Recipe) -> str:
+    # The fields the recipe sets, as written: defaults come from the npu-rl in the image.
+    return yaml.safe_dump(recipe.model_dump(mode="json", exclude_unset=True), sort_keys=False, allow_unicode=True)
+
+
+def context(recipe: Recipe, target: str, opts: K8sOptions) -> dict:
+    acc = _accelerator(recipe)
+    res = recipe.resources
+    name = job_name(recipe)
+    devices = str(res.devices_per_node)
+    recipe_path = str(RECIPE_DIR / RECIPE_FILE)
+    train = ["npu-rl", "train", "--recipe", recipe_path]
+    wait = ["npu-rl", "ray", "wait", "--nodes", str(res.nnodes), "--devices", devices,
+            "--timeout", str(opts.wait_timeout_s)]
+    if target == "volcano":
+        head_args = ["npu-rl", "ray", "head", "--nodes", str(res.nnodes), "--devices", devices,
+                     "--port", str(opts.ray_port), "--wait-timeout", str(opts.wait_timeout_s), "--", *train]
+        worker_args = ["npu-rl", "ray", "worker", "--devices", devices, "--port", str(opts.ray_port)]
+    else:
+        head_args = ["npu-rl", "ray", "head", "--devices", devices]
+        worker_args = ["npu-rl", "ray", "worker", "--devices", devices]
+    labels = {
+        "app.kubernetes.io/name": "npu-rl",
+        "app.kubernetes.io/instance": name,
+        "npu-rl/recipe": recipe.name,
+        **opts.extra_labels,
+    }
+    return {
+        "name": name,
+        "configmap_name": f"{name}-recipe",
+        "labels": labels,
+        "recipe": recipe,
+        "recipe_yaml": _recipe_yaml(recipe),
+        "recipe_dir": str(RECIPE_DIR),
+        "recipe_file": RECIPE_FILE,
+        "nnodes": res.nnodes,
+        "workers": res.nnodes - 1,
+        "devices": res.devices_per_node,
+        "accelerator": acc,
+        "image": opts.image or default_image(res.platform),
+        "opts": opts,
+        "workspace": str(WORKSPACE),
+        "host_mounts": [{"name": f"host-{i}", "path": p} for i, p in enumerate(K8S_HOST_MOUNTS)],
+        "env": {**recipe.env},
+        "head_args": head_args,
+        "worker_args": worker_args,
+        "entrypoint": " ".join(wait) + " && " + " ".join(train),
+        "ray_version": versions.get("common.ray"),
+        # rayStartParams values are pasted into a shell command line, hence the inner quotes.
+        "npu_resources": '"' + json.dumps({"NPU": res.devices_per_node}).replace('"', '\\"') + '"',
+    }
+
+
+def _environment() -> Environment:
+    env = Environment(
+        loader=PackageLoader("npu_rl.render", "templates/k8s"),
+        undefined=StrictUndefined,
+        keep_trailing_newline=True,
+        trim_blocks=True,
+        lstrip_blocks=True,
+    )
+    # JSON scalars are valid YAML and need no escaping rules of their own.
+    env.filters["q"] = lambda v: json.dumps(v, ensure_ascii=False)
+    return env
+
+
+def render_text(recipe: Recipe, target: str, nodes: int | None = None, options: K8sOptions | None = None) -> str:
+    if target not in TARGETS:
+        raise UserError(f"unknown Kubernetes target {target!r} (expected one of {', '.join(TARGETS)})")
+    recipe = _with_nodes(recipe, nodes)
+    return _environment().get_template(f"{target}.yaml.j2").render(**context(recipe, target, options or K8sOptions()))
+
+
+def output_name(recipe: Recipe, target: str) -> str:
+    return f"{recipe.name}.{target}.yaml"
+
+
+def render_k8s(recipe: Recipe, target: str, out_dir: Path, nodes: int | None = None,
+               options: K8sOptions | None = None) -> list[Path]:
+    """Write ``<recipe>.<target>.yaml`` (ConfigMap + Job/RayJob) into ``out_dir``; returns its path."""
+    text = render_text(recipe, target, nodes, options)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    path = out_dir / output_name(recipe, target)
+    path.write_text(text, encoding="utf-8")
+    return [path]
+
+
+# The renderings committed under k8s/ (recipe, target, nodes override); `npu-rl render all`
+# rewrites them and tests/k8s compares them with fresh renderings.
+COMMITTED: list[tuple[str, str, int | None]] = [
+    ("qwen2_5_1_5b_math_a2_4card", "volcano", None),
+    ("qwen2_5_1_5b_math_a2_4card", "kuberay", None),
+    ("deepseek_r1_671b_a3", "volcano", None),
+    ("deepseek_r1_671b_a3", "kuberay", None),
+]
+
+
+def render_committed(out_dir: Path) -> list[Path]:
+    from ..recipe import load_recipe
+
+    written: list[Path] = []
+    for recipe_name, target, nodes in COMMITTED:
+        written += render_k8s(load_recipe(recipe_name), target, out_dir, nodes=nodes)
+    return written
+

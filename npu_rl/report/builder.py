@@ -1,0 +1,163 @@
+"""Builds the health report of one run: findings (JSON, Markdown), PNG plots and a
+self-contained HTML page."""
+
+from __future__ import annotations
+
+import base64
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from ..errors import UserError
+from .plots import Plot, plot_run
+from .rules import Context, Finding, apply_rules, exit_code
+from .scalars import load_run
+from .thresholds import Thresholds, load_thresholds
+
+STATUS = {0: "healthy", 1: "warnings", 2: "critical"}
+
+
+@dataclass
+class Report:
+    run_dir: Path
+    out_dir: Path
+    findings: list[Finding]
+    notes: list[str] = field(default_factory=list)
+    plots: list[Plot] = field(default_factory=list)
+    html: Path | None = None
+    json: Path | None = None
+    markdown: Path | None = None
+
+    @property
+    def exit_code(self) -> int:
+        return exit_code(self.findings)
+
+    @property
+    def status(self) -> str:
+        return STATUS[self.exit_code]
+
+    def to_markdown(self) -> str:
+        lines = [f"# Training health: {self.status}", "", f"run: {self.run_dir}", ""]
+        if self.findings:
+            lines += ["| severity | rule | metric | step | value | finding | check |", "|---|---|---|---|---|---|---|"]
+            for f in self.findings:
+                d = f.to_dict()
+                lines.append(
+                    f"| {f.severity} | {f.rule} | {f.metric} | {f.step} | {d['value_text']} | {f.message} | {f.check} |"
+                )
+        else:
+            lines.append("No findings: every rule passed.")
+        lines += [""] + [f"- note: {n}" for n in self.notes]
+        return "\n".join(lines).rstrip() + "\n"
+
+
+def _thresholds(value: Thresholds | Path | str | dict | None) -> Thresholds:
+    if isinstance(value, Thresholds):
+        return value
+    if isinstance(value, str):
+        value = Path(value)
+    return load_thresholds(value)
+
+
+def _eval_accuracy(table_path: Path | None) -> tuple[tuple[float, float, int] | None, str | None]:
+    """(baseline %, newest trained %, its step) from an evaluation table, and the table as Markdown."""
+    if table_path is None:
+        return None, None
+    from ..eval.table import ResultTable
+
+    table = ResultTable.read_csv(table_path)
+    deltas = sorted((d for d in table.deltas() if d.metric == "accuracy"), key=lambda d: d.step)
+    acc = (deltas[-1].baseline, deltas[-1].score, deltas[-1].step) if deltas else None
+    return acc, table.to_markdown()
+
+
+def find_eval_table(run_dir: Path) -> Path | None:
+    from ..eval.table import CSV_NAME
+
+    hits = sorted(run_dir.rglob(CSV_NAME), key=lambda p: p.stat().st_mtime)
+    return hits[-1] if hits else None
+
+
+def _on_policy(recipe: Any) -> bool | None:
+    if recipe is None:
+        return None
+    a = recipe.algorithm
+    return a.ppo_epochs == 1 and a.ppo_mini_batch_size == a.train_batch_size
+
+
+def build_report(
+    run_dir: str | Path,
+    out_dir: str | Path | None = None,
+    thresholds: Thresholds | Path | str | dict | None = None,
+    *,
+    recipe: Any = None,
+    eval_table: str | Path | None = None,
+) -> Report:
+    """Read the run's curves under ``run_dir``, apply the health rules and write
+    ``health.json``, ``health.md``, ``plots/*.png`` and ``report.html`` to ``out_dir``
+    (default ``<run_dir>/report``). ``recipe`` (optional) tells which rules apply;
+    ``eval_table`` (default: the newest eval_table.csv under ``run_dir``) adds the
+    evaluation's accuracy to the reward-hacking check."""
+    run_dir = Path(run_dir)
+    if not run_dir.is_dir():
+        raise UserError(f"run directory not found: {run_dir}")
+    t = _thresholds(thresholds)
+    series = load_run(run_dir)
+    if not series:
+        raise UserError(f"no TensorBoard event files or verl file-logger JSONL with scalars under {run_dir}")
+    table_path = Path(eval_table) if eval_table else find_eval_table(run_dir)
+    if table_path is not None and not table_path.is_file():
+        raise UserError(f"evaluation table not found: {table_path}")
+    eval_acc, eval_md = _eval_accuracy(table_path)
+
+    ctx = Context(series=series, thresholds=t, on_policy=_on_policy(recipe), eval_accuracy=eval_acc, notes=[])
+    findings = apply_rules(ctx)
+    out = Path(out_dir) if out_dir else run_dir / "report"
+    out.mkdir(parents=True, exist_ok=True)
+    report = Report(run_dir=run_dir, out_dir=out, findings=findings, notes=list(ctx.notes or []))
+    report.plots = plot_run(series, findings, t, out / "plots")
+
+    steps = sorted({int(s) for ser in series.values() for s in ser.steps})
+    report.json = out / "health.json"
+    report.json.write_text(
+        json.dumps(
+            {
+                "status": report.status,
+                "exit_code": report.exit_code,
+                "run_dir": str(run_dir),
+                "steps": [steps[0], steps[-1]],
+                "findings": [f.to_dict() for f in findings],
+                "notes": report.notes,
+                "plots": [str(p.path) for p in report.plots],
+                "eval_table": str(table_path) if table_path else None,
+            },
+            indent=2,
+        )
+        + "\n",
+        encoding="utf-8",
+    )
+    report.markdown = out / "health.md"
+    report.markdown.write_text(report.to_markdown(), encoding="utf-8")
+    report.html = out / "report.html"
+    report.html.write_text(_render_html(report, steps, eval_md), encoding="utf-8")
+    return report
+
+
+def _render_html(report: Report, steps: list[int], eval_md: str | None) -> str:
+    from jinja2 import Environment, PackageLoader, select_autoescape
+
+    env = Environment(loader=PackageLoader("npu_rl.report", "templates"), autoescape=select_autoescape(["j2", "html"]))
+    plots = [{"title": p.title, "data": base64.b64encode(p.path.read_bytes()).decode("ascii")} for p in report.plots]
+    return env.get_template("report.html.j2").render(
+        run_name=report.run_dir.name,
+        run_dir=str(report.run_dir),
+        status=report.status,
+        n_points=len(steps),
+        first_step=steps[0],
+        last_step=steps[-1],
+        findings=[f.to_dict() for f in report.findings],
+        notes=report.notes,
+        plots=plots,
+        eval_markdown=eval_md,
+    )

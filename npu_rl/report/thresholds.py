@@ -1,0 +1,106 @@
+"""The health rules' thresholds: defaults in ``thresholds.yaml`` next to this file,
+overridable per key from a user YAML."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from ..errors import UserError
+
+DEFAULTS = Path(__file__).with_name("thresholds.yaml")
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class Entropy(_Strict):
+    metric: str
+    warn_below: float
+    critical_below: float
+    relative_floor: float = Field(ge=0, le=1)
+    baseline_points: int = Field(gt=0)
+    min_points: int = Field(gt=0)
+
+
+class Kl(_Strict):
+    metric: str
+    explode_above: float
+    flat_below: float = Field(ge=0)
+    flat_points: int = Field(gt=0)
+
+
+class NonFinite(_Strict):
+    metrics: list[str]
+
+
+class ClipFrac(_Strict):
+    metric: str
+    high_above: float
+    low_below: float
+    min_points: int = Field(gt=0)
+    on_policy_zero: float = Field(ge=0)
+
+
+class GradNorm(_Strict):
+    metric: str
+    spike_factor: float = Field(gt=1)
+    window: int = Field(gt=0)
+    min_history: int = Field(gt=0)
+
+
+class ResponseLength(_Strict):
+    metric: str
+    clip_metric: str
+    rise_factor: float = Field(gt=1)
+    drop_factor: float = Field(gt=0, lt=1)
+    window: int = Field(gt=0)
+    min_history: int = Field(gt=0)
+    clip_near_one: float = Field(gt=0, le=1)
+    clip_points: int = Field(gt=0)
+
+
+class RewardHacking(_Strict):
+    min_reward_gain: float = Field(gt=0)
+    max_acc_gain: float
+    eval_min_gain_points: float
+
+
+class Thresholds(_Strict):
+    entropy: Entropy
+    kl: Kl
+    nonfinite: NonFinite
+    pg_clipfrac: ClipFrac
+    grad_norm: GradNorm
+    response_length: ResponseLength
+    reward_hacking: RewardHacking
+
+
+def _merge(base: dict, over: dict, where: str = "") -> dict:
+    out = dict(base)
+    for k, v in over.items():
+        if k not in base:
+            raise UserError(f"thresholds: unknown key {where + k!r}")
+        out[k] = _merge(base[k], v, f"{where}{k}.") if isinstance(v, dict) and isinstance(base[k], dict) else v
+    return out
+
+
+def load_thresholds(override: Path | dict[str, Any] | None = None) -> Thresholds:
+    data = yaml.safe_load(DEFAULTS.read_text(encoding="utf-8"))
+    if override is not None:
+        if isinstance(override, Path):
+            if not override.is_file():
+                raise UserError(f"thresholds file not found: {override}")
+            override = yaml.safe_load(override.read_text(encoding="utf-8")) or {}
+        if not isinstance(override, dict):
+            raise UserError("thresholds: the override must be a YAML mapping")
+        data = _merge(data, override)
+    try:
+        return Thresholds.model_validate(data)
+    except ValidationError as err:
+        first = err.errors()[0]
+        raise UserError(f"thresholds: {'.'.join(map(str, first['loc']))}: {first['msg']}") from None

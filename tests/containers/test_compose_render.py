@@ -1,0 +1,172 @@
+import json
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+from npu_rl.cli import build_parser
+from npu_rl.platform.devices import CONTROL_DEVICES, HOST_MOUNTS
+from npu_rl.platform.doctor import MIN_SHM
+from npu_rl.recipe import load_recipe
+from npu_rl.render.committed import render_all
+from npu_rl.render.compose import TRAIN_RECIPE, render_compose
+
+REPO = Path(__file__).resolve().parents[2]
+COMPOSE = REPO / "compose" / "docker-compose.yml"
+DASHBOARDS = {"tensorboard", "swanlab"}
+NPU_SERVICES = {"train-qwen", "eval", "notebook"}
+
+
+@pytest.fixture(scope="module")
+def compose() -> dict:
+    return yaml.safe_load(COMPOSE.read_text())
+
+
+def _defaults(text: str) -> str:
+    """The compose file as docker compose reads it with no .env: ${X:-d} -> d, $$ -> $."""
+    return re.sub(r"\$\{(\w+):-([^}]*)\}", r"\2", text).replace("$$", "$")
+
+
+def test_committed_files_match_a_fresh_render(tmp_path):
+    written = render_compose(tmp_path)
+    assert sorted(p.name for p in written) == [".env.example", "docker-compose.yml"]
+    for path in written:
+        committed = REPO / "compose" / path.name
+        assert committed.read_text() == path.read_text(), f"{committed} is stale: run `npu-rl render compose`"
+
+
+def test_render_all_includes_compose(tmp_path):
+    written = render_all(tmp_path)
+    assert tmp_path / "compose" / "docker-compose.yml" in written
+
+
+def test_validates_against_the_compose_spec(compose, shared_dir):
+    from jsonschema import Draft7Validator
+
+    schema = json.loads((shared_dir / "schemas" / "compose" / "compose-spec.json").read_text())
+    validator = Draft7Validator(schema)  # the spec is written against draft-07
+    validator.validate(compose)
+    # Also after substituting the defaults (ports, shm sizes and devices as the engine sees them).
+    validator.validate(yaml.safe_load(_defaults(COMPOSE.read_text())))
+
+
+def test_docker_compose_config_accepts_it(require):
+    exe = require("docker-compose")
+    out = subprocess.run([exe, "-f", str(COMPOSE), "config", "-q"], capture_output=True, text=True, timeout=120,
+                         cwd=COMPOSE.parent)
+    assert out.returncode == 0, out.stderr
+    resolved = subprocess.run([exe, "-f", str(COMPOSE), "config"], capture_output=True, text=True, timeout=120,
+                              cwd=COMPOSE.parent, env={"PATH": "/usr/bin:/bin"})
+    services = yaml.safe_load(resolved.stdout)["services"]
+    # Dashboards are reachable from this machine only, unless DASHBOARD_BIND says otherwise.
+    for name in ("tensorboard", "swanlab", "notebook"):
+        assert all(p.startswith("127.0.0.1:") for p in services[name]["ports"]), services[name]["ports"]
+
+
+def test_services(compose):
+    assert set(compose["services"]) == {"prepare", "train-qwen", "merge", "eval", "tensorboard", "swanlab",
+                                        "notebook", "cpu-demo"}
+    assert compose["services"]["cpu-demo"]["profiles"] == ["cpu"]
+
+
+def test_no_service_is_privileged_and_npu_access_is_explicit(compose):
+    for name, svc in compose["services"].items():
+        assert not svc.get("privileged"), name
+        assert not svc.get("cap_add"), name
+        assert svc.get("network_mode") != "host" and svc.get("pid") != "host", name
+        devices = svc.get("devices", [])
+        if name in NPU_SERVICES:
+            assert devices == ["/dev/davinci${NPU_DEVICE:-0}:/dev/davinci${NPU_DEVICE:-0}"] + [
+                f"/dev/{d}:/dev/{d}" for d in CONTROL_DEVICES]
+            for mount in HOST_MOUNTS:
+                assert f"{mount}:{mount}:ro" in svc["volumes"], (name, mount)
+        else:
+            assert devices == [], name
+        assert "/dev:/dev" not in svc.get("volumes", [])
+
+
+def test_one_shot_jobs_do_not_restart(compose):
+    for name, svc in compose["services"].items():
+        assert svc["restart"] == ("unless-stopped" if name in DASHBOARDS else "no"), name
+
+
+def _size(text: str) -> int:
+    m = re.fullmatch(r"(\d+)([kmg]?)b?", text.lower())
+    return int(m.group(1)) * {"": 1, "k": 1024, "m": 1024**2, "g": 1024**3}[m.group(2)]
+
+
+def test_shared_memory_satisfies_the_doctor(compose):
+    services = yaml.safe_load(_defaults(COMPOSE.read_text()))["services"]
+    assert _size(services["train-qwen"]["shm_size"]) >= MIN_SHM["npu"]
+    assert _size(services["cpu-demo"]["shm_size"]) >= MIN_SHM["cpu"]
+
+
+def test_data_survives_in_the_workspace_volume(compose):
+    for name, svc in compose["services"].items():
+        assert "${WORKSPACE_DIR:-../workspace}:/workspace" in svc["volumes"], name
+
+
+def test_env_example_documents_every_variable():
+    text = COMPOSE.read_text()
+    used = set(re.findall(r"(?<!\$)\$\{(\w+)", text))
+    used |= {k for svc in yaml.safe_load(text)["services"].values()
+             for k, v in (svc.get("environment") or {}).items() if v is None}
+    example = (REPO / "compose" / ".env.example").read_text()
+    documented = set(re.findall(r"^#? ?(\w+)=", example, re.MULTILINE))
+    assert used == documented
+    # Each entry has a comment line above it.
+    lines = example.splitlines()
+    for i, line in enumerate(lines):
+        if re.match(r"^#? ?\w+=", line):
+            assert lines[i - 1].startswith("# ") and "=" not in lines[i - 1].split()[1], line
+
+
+def test_npu_rl_commands_are_valid_cli_calls(compose):
+    parser = build_parser()
+    calls = [svc["command"] for svc in compose["services"].values() if svc.get("command", [""])[0] == "npu-rl"]
+    assert len(calls) == 3  # train, merge, eval
+    for cmd in calls:
+        args = parser.parse_args(cmd[1:])
+        load_recipe(args.recipe)
+
+
+@pytest.mark.parametrize("math_source", ["", "/workspace/data/MATH-lighteval"])
+def test_prepare_script_calls_npu_rl_correctly(compose, tmp_path, math_source, require):
+    """Run the prepare service's shell line with an npu-rl that only parses its arguments."""
+    require("bash")
+    fake = tmp_path / "npu-rl"
+    log = tmp_path / "calls.jsonl"
+    fake.write_text(
+        f"#!{sys.executable}\nimport json, sys\nfrom npu_rl.cli import build_parser\n"
+        "build_parser().parse_args(sys.argv[1:])\n"
+        f"open({str(log)!r}, 'a').write(json.dumps(sys.argv[1:]) + '\\n')\n")
+    fake.chmod(0o755)
+    svc = compose["services"]["prepare"]
+    assert svc["command"][:2] == ["bash", "-c"]
+    script = svc["command"][2].replace("$$", "$")  # compose's escape for a literal $
+    env = {"PATH": f"{tmp_path}:/usr/bin:/bin", "MODEL_SOURCE": _defaults(svc["environment"]["MODEL_SOURCE"]),
+           "MATH_SOURCE": math_source, "NPU_RL_HOME": str(REPO)}
+    out = subprocess.run(["bash", "-c", script], env=env, capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0, out.stderr
+    calls = [json.loads(line) for line in log.read_text().splitlines()]
+    recipe = load_recipe(TRAIN_RECIPE)
+    assert calls[0] == ["model", "fetch", recipe.model.hub_id, "--out", f"/workspace/{recipe.model.path}",
+                        "--recipe", TRAIN_RECIPE]
+    data_dir = str(Path(recipe.data.train_files[0]).parent)
+    assert calls[1] == ["data", "math", "--out", data_dir] + (["--from", math_source] if math_source else [])
+
+
+def test_train_service_runs_the_a2_single_card_recipe(compose):
+    cmd = compose["services"]["train-qwen"]["command"]
+    assert cmd[:4] == ["npu-rl", "train", "--recipe", TRAIN_RECIPE]
+    recipe = load_recipe(TRAIN_RECIPE)
+    assert recipe.resources.platform == "npu-a2" and recipe.resources.devices_per_node == 1
+    assert compose["services"]["train-qwen"]["depends_on"]["prepare"]["condition"] == "service_completed_successfully"
+    # The dashboards read the run's own log directories.
+    tb = compose["services"]["tensorboard"]["command"]
+    assert tb[tb.index("--logdir") + 1].endswith(
+        f"{recipe.logging.project}/{recipe.logging.experiment}/tensorboard")
+    assert compose["services"]["swanlab"]["environment"]["SWANLAB_MODE"] == "local"

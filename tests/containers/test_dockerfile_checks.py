@@ -1,0 +1,129 @@
+import re
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from npu_rl import versions
+from npu_rl.image.spec import build_args, spec
+
+REPO = Path(__file__).resolve().parents[2]
+DOCKERFILES = {"a2": REPO / "docker" / "Dockerfile", "cpu": REPO / "docker" / "Dockerfile.cpu"}
+
+
+def _instructions(path: Path) -> list[str]:
+    """Dockerfile instructions with continuation lines joined and comments dropped."""
+    out, current = [], ""
+    for line in path.read_text().splitlines():
+        if not current and (not line.strip() or line.lstrip().startswith("#")):
+            continue
+        if line.lstrip().startswith("#"):
+            continue
+        current += line.rstrip("\\").rstrip() + " " if line.endswith("\\") else line
+        if not line.endswith("\\"):
+            out.append(current.strip())
+            current = ""
+    return out
+
+
+def _args(path: Path) -> dict[str, str | None]:
+    found: dict[str, str | None] = {}
+    for ins in _instructions(path):
+        m = re.fullmatch(r"ARG\s+(\w+)(?:=(\S+))?", ins)
+        if m and (m.group(1) not in found or m.group(2)):
+            found[m.group(1)] = m.group(2)
+    return found
+
+
+@pytest.mark.parametrize("dockerfile", sorted(DOCKERFILES.values()), ids=lambda p: p.name)
+def test_hadolint_passes(dockerfile, require):
+    hadolint = require("hadolint")
+    out = subprocess.run([hadolint, "--no-color", str(dockerfile)], capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0, out.stdout + out.stderr
+
+
+@pytest.mark.parametrize("dockerfile", sorted(DOCKERFILES.values()), ids=lambda p: p.name)
+def test_every_hadolint_ignore_is_explained(dockerfile):
+    lines = dockerfile.read_text().splitlines()
+    for i, line in enumerate(lines):
+        if "hadolint ignore" in line:
+            # The reason sits on the comment line above the ignore.
+            assert i > 0 and lines[i - 1].lstrip().startswith("#") and len(lines[i - 1]) > 20, line
+    assert not (REPO / ".hadolint.yaml").exists() or "ignored" not in (REPO / ".hadolint.yaml").read_text()
+
+
+@pytest.mark.parametrize("variant", ["a2", "a3", "cpu"])
+def test_build_args_match_the_dockerfile_args(variant):
+    # Every version arrives as a build arg; none is declared but not passed, or passed but unused.
+    path = DOCKERFILES["cpu" if variant == "cpu" else "a2"]
+    assert set(_args(path)) == set(build_args(variant))
+
+
+@pytest.mark.parametrize("variant", ["a2", "cpu"])
+def test_base_image_default_is_the_pin(variant):
+    assert _args(DOCKERFILES[variant])["BASE_IMAGE"] == build_args(variant)["BASE_IMAGE"]
+    if variant == "a2":
+        assert build_args(variant)["BASE_IMAGE"] == versions.get("ascend.base_image")
+
+
+@pytest.mark.parametrize("dockerfile", sorted(DOCKERFILES.values()), ids=lambda p: p.name)
+def test_no_version_is_hard_coded(dockerfile):
+    for ins in _instructions(dockerfile):
+        if ins.startswith("ARG BASE_IMAGE="):
+            continue  # checked against the pin above
+        assert not re.search(r"[=:v]\d+\.\d+", ins), f"literal version in: {ins[:100]}"
+
+
+@pytest.mark.parametrize("dockerfile", sorted(DOCKERFILES.values()), ids=lambda p: p.name)
+def test_labels_carry_the_pins(dockerfile):
+    labels = " ".join(i for i in _instructions(dockerfile) if i.startswith("LABEL"))
+    variant = "cpu" if dockerfile.name.endswith(".cpu") else "a2"
+    for arg in build_args(variant):
+        if arg.endswith(("_VERSION", "_COMMIT")):
+            assert "${" + arg + "}" in labels, arg
+
+
+@pytest.mark.parametrize("dockerfile", sorted(DOCKERFILES.values()), ids=lambda p: p.name)
+def test_layout_bash_pipefail_deps_before_source_and_no_secrets(dockerfile):
+    ins = _instructions(dockerfile)
+    assert 'SHELL ["/bin/bash", "-o", "pipefail", "-c"]' in ins
+    source = ins.index("COPY npu_rl/ npu_rl/")
+    deps = max(i for i, x in enumerate(ins) if x.startswith("RUN") and "[train]" in x)
+    assert deps < source, "dependencies must be installed before the source is copied"
+    assert not [x for x in ins if re.match(r"(ARG|ENV)\s+\w*(TOKEN|PASSWORD|SECRET|KEY)\b", x)]
+    entry = [x for x in ins if x.startswith("ENTRYPOINT")]
+    assert entry == ['ENTRYPOINT ["/opt/npu-rl/entrypoints/entrypoint.sh"]']
+    assert "NPU_RL_HOME=/opt/npu-rl" in " ".join(ins) and "NPU_RL_WORKSPACE=/workspace" in " ".join(ins)
+
+
+def test_ascend_stages_are_the_image_targets():
+    stages = [m.group(1) for i in _instructions(DOCKERFILES["a2"]) if (m := re.match(r"FROM \S+ AS (\w+)", i))]
+    assert stages == ["runtime", "eval"]
+    assert {spec("a2").target, spec("a2", "eval").target} == set(stages)
+
+
+def test_cpu_image_runs_the_demo_by_default():
+    cmd = [i for i in _instructions(DOCKERFILES["cpu"]) if i.startswith("CMD")]
+    assert cmd == ['CMD ["python", "-m", "npu_rl.demo", "--workdir", "/workspace/demo"]']
+
+
+def test_dockerignore_sends_what_the_dockerfiles_copy():
+    from docker.utils.build import exclude_paths
+
+    patterns = [x.strip() for x in (REPO / ".dockerignore").read_text().splitlines()
+                if x.strip() and not x.startswith("#")]
+    sent = exclude_paths(str(REPO), patterns, dockerfile="docker/Dockerfile")
+    for required in ("pyproject.toml", "configs/versions.yaml", "entrypoints/entrypoint.sh",
+                     "npu_rl/platform/cann.py", "npu_rl/cli.py", "docker/cann/README.md"):
+        assert required in sent, required
+    for path in sent:
+        assert not path.startswith((".venv", ".git/", "workspace/", "tests/")), path
+        assert "__pycache__" not in path
+    # Every COPY source exists in the context.
+    for dockerfile in DOCKERFILES.values():
+        for ins in _instructions(dockerfile):
+            if ins.startswith("COPY"):
+                for src in ins.split()[1:-1]:
+                    if src == "README.md" and not (REPO / src).exists():
+                        continue  # written with the README issue; the build needs it
+                    assert any(p == src.rstrip("/") or p.startswith(src) for p in sent), src

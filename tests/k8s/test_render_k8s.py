@@ -1,0 +1,290 @@
+"""Rendered Volcano Jobs and KubeRay RayJobs: schema-valid, gang-sized, NPU-requesting, unprivileged."""
+
+from __future__ import annotations
+
+import copy
+import shlex
+from pathlib import Path
+
+import kubernetes_validate
+import pytest
+import yaml
+
+from npu_rl.cli import main
+from npu_rl.errors import UserError
+from npu_rl.recipe import load_recipe, parse_recipe
+from npu_rl.render import k8s
+from npu_rl.render.committed import render_all
+
+QWEN = "qwen2_5_1_5b_math_a2_4card"
+
+
+def a3_recipe(nnodes: int = 16):
+    """An A3 recipe of the DeepSeek-R1 shape (16 nodes x 16 NPUs) that does not depend on its file."""
+    data = load_recipe(QWEN).model_dump(mode="json", exclude_unset=True)
+    data["name"] = "a3_shape_test"
+    data["resources"] = {"platform": "npu-a3", "nnodes": nnodes, "devices_per_node": 16}
+    return parse_recipe(data, "a3 test recipe")
+
+
+# (recipe, target, nodes): the committed renderings plus multi-node shapes of both platforms.
+CASES = [(name, target, nodes) for name, target, nodes in k8s.COMMITTED] + [
+    (QWEN, "volcano", 2),
+    (QWEN, "kuberay", 2),
+    ("a3", "volcano", None),
+    ("a3", "kuberay", None),
+]
+
+
+def _recipe(name: str):
+    return a3_recipe() if name == "a3" else load_recipe(name)
+
+
+def _render(name: str, target: str, nodes: int | None):
+    recipe = _recipe(name)
+    docs = list(yaml.safe_load_all(k8s.render_text(recipe, target, nodes)))
+    return recipe, [d for d in docs if d is not None]
+
+
+def _job(docs):
+    (job,) = [d for d in docs if d["kind"] in ("Job", "RayJob")]
+    return job
+
+
+def _pod_templates(job) -> list[tuple[str, int, dict]]:
+    """(role, replicas, pod template) of every pod group of the job."""
+    if job["kind"] == "Job":
+        return [(t["name"], t["replicas"], t["template"]) for t in job["spec"]["tasks"]]
+    spec = job["spec"]["rayClusterSpec"]
+    groups = [("head", 1, spec["headGroupSpec"]["template"])]
+    groups += [(g["groupName"], g["replicas"], g["template"]) for g in spec.get("workerGroupSpecs", [])]
+    return groups
+
+
+def _case_id(case) -> str:
+    name, target, nodes = case
+    return f"{name}-{target}" + (f"-{nodes}n" if nodes else "")
+
+
+@pytest.fixture(params=CASES, ids=_case_id)
+def rendered(request):
+    name, target, nodes = request.param
+    recipe, docs = _render(name, target, nodes)
+    assert _nodes_of(docs) == (nodes or recipe.resources.nnodes)
+    return recipe, target, docs
+
+
+def test_gang_size_equals_pod_count(rendered):
+    recipe, target, docs = rendered
+    job = _job(docs)
+    pods = sum(replicas for _, replicas, _ in _pod_templates(job))
+    assert pods == _nodes_of(docs)
+    if target == "volcano":
+        assert job["spec"]["minAvailable"] == pods
+        assert job["spec"]["schedulerName"] == "volcano"
+    else:
+        assert job["metadata"]["labels"]["ray.io/scheduler-name"] == "volcano"
+        assert "volcano.sh/queue-name" in job["metadata"]["labels"]
+        for g in job["spec"]["rayClusterSpec"].get("workerGroupSpecs", []):
+            # KubeRay's PodGroup counts minReplicas: all workers or none.
+            assert g["minReplicas"] == g["replicas"] == g["maxReplicas"]
+
+
+def _nodes_of(docs) -> int:
+    (cm,) = [d for d in docs if d["kind"] == "ConfigMap"]
+    return yaml.safe_load(cm["data"][k8s.RECIPE_FILE])["resources"]["nnodes"]
+
+
+def test_every_pod_requests_the_nodes_npus_unprivileged_on_host_network(rendered):
+    recipe, _, docs = rendered
+    devices = _recipe_devices(docs)
+    acc = k8s.ACCELERATORS[recipe.resources.platform]
+    for role, _, tmpl in _pod_templates(_job(docs)):
+        spec = tmpl["spec"]
+        assert spec["hostNetwork"] is True, role
+        assert spec["dnsPolicy"] == "ClusterFirstWithHostNet", role
+        assert spec["nodeSelector"] == {"accelerator-type": acc.node_type}
+        assert spec["restartPolicy"] == "Never"
+        for c in spec["containers"]:
+            assert c["resources"]["requests"][acc.resource] == devices
+            assert c["resources"]["limits"][acc.resource] == devices
+            assert not (c.get("securityContext") or {}).get("privileged", False), role
+            mounts = {m["mountPath"]: m for m in c["volumeMounts"]}
+            for path in k8s.K8S_HOST_MOUNTS:
+                assert mounts[path].get("readOnly") is True, path
+        volumes = {v["name"]: v for v in spec["volumes"]}
+        assert volumes["dshm"]["emptyDir"]["medium"] == "Memory"
+        assert "persistentVolumeClaim" in volumes["workspace"]
+
+
+def _recipe_devices(docs) -> int:
+    (cm,) = [d for d in docs if d["kind"] == "ConfigMap"]
+    return yaml.safe_load(cm["data"][k8s.RECIPE_FILE])["resources"]["devices_per_node"]
+
+
+def test_configmap_carries_the_recipe_the_head_trains(rendered):
+    recipe, target, docs = rendered
+    (cm,) = [d for d in docs if d["kind"] == "ConfigMap"]
+    mounted = parse_recipe(yaml.safe_load(cm["data"][k8s.RECIPE_FILE]), "configmap")
+    assert mounted.model_dump(exclude={"resources"}) == recipe.model_dump(exclude={"resources"})
+    job = _job(docs)
+    recipe_path = f"{k8s.RECIPE_DIR}/{k8s.RECIPE_FILE}"
+    head = _pod_templates(job)[0][2]["spec"]
+    assert {"name": "recipe", "configMap": {"name": cm["metadata"]["name"]}} in head["volumes"]
+    if target == "volcano":
+        args = head["containers"][0]["args"]
+        assert args[:3] == ["npu-rl", "ray", "head"]
+        assert args[args.index("--") + 1:] == ["npu-rl", "train", "--recipe", recipe_path]
+        assert args[args.index("--nodes") + 1] == str(mounted.resources.nnodes)
+    else:
+        entry = job["spec"]["entrypoint"]
+        assert f"--nodes {mounted.resources.nnodes}" in entry
+        assert entry.endswith(f"npu-rl train --recipe {recipe_path}")
+
+
+def test_volcano_restarts_on_failure_and_completes_with_the_head():
+    _, docs = _render(QWEN, "volcano", 2)
+    spec = _job(docs)["spec"]
+    assert {p["event"]: p["action"] for p in spec["policies"]} == {"PodEvicted": "RestartJob",
+                                                                   "PodFailed": "RestartJob"}
+    head = spec["tasks"][0]
+    assert head["name"] == "head"
+    assert {"event": "TaskCompleted", "action": "CompleteJob"} in head["policies"]
+    assert {"svc", "env"} <= set(spec["plugins"])
+    worker_args = spec["tasks"][1]["template"]["spec"]["containers"][0]["args"]
+    assert worker_args[:3] == ["npu-rl", "ray", "worker"]
+
+
+def test_kuberay_registers_npus_through_ray_start_params():
+    _, docs = _render(QWEN, "kuberay", 2)
+    job = _job(docs)
+    assert job["metadata"]["annotations"]["ray.io/overwrite-container-cmd"] == "true"
+    spec = job["spec"]["rayClusterSpec"]
+    for params in [spec["headGroupSpec"]["rayStartParams"]] + [g["rayStartParams"] for g in spec["workerGroupSpecs"]]:
+        # KubeRay pastes `--resources=<value>` into a shell command line.
+        (arg,) = shlex.split(f"--resources={params['resources']}")
+        assert yaml.safe_load(arg.split("=", 1)[1]) == {"NPU": 4}
+
+
+def test_a3_job_has_sixteen_pods_of_sixteen_npus():
+    _, docs = _render("a3", "volcano", None)
+    job = _job(docs)
+    assert job["spec"]["minAvailable"] == 16
+    assert [(r, n) for r, n, _ in _pod_templates(job)] == [("head", 1), ("worker", 15)]
+    spec = _pod_templates(job)[1][2]["spec"]
+    assert spec["containers"][0]["resources"]["limits"]["huawei.com/Ascend910"] == 16
+    assert spec["nodeSelector"]["accelerator-type"] == "module-a3-16"
+
+
+def test_nodes_override_is_revalidated():
+    with pytest.raises(UserError, match="not divisible"):
+        k8s.render_text(load_recipe(QWEN), "volcano", nodes=3)
+
+
+def test_cpu_recipe_is_refused():
+    with pytest.raises(UserError, match="NPU platforms"):
+        k8s.render_text(load_recipe("tiny_math_cpu"), "volcano")
+
+
+def test_too_many_devices_per_node_is_refused():
+    data = load_recipe(QWEN).model_dump(mode="json", exclude_unset=True)
+    data["resources"] = {"platform": "npu-a2", "nnodes": 1, "devices_per_node": 16}
+    with pytest.raises(UserError, match="exceeds the 8 NPUs"):
+        k8s.render_text(parse_recipe(data), "kuberay")
+
+
+def test_cli_renders_a_volcano_job(tmp_path: Path, capsys):
+    assert main(["render", "k8s", "--recipe", QWEN, "--target", "volcano", "--nodes", "2", "--out", str(tmp_path)]) == 0
+    (path,) = tmp_path.iterdir()
+    assert str(path) in capsys.readouterr().out
+    assert _job(list(yaml.safe_load_all(path.read_text())))["spec"]["minAvailable"] == 2
+
+
+# --- schemas -----------------------------------------------------------------------------------------------
+
+
+def _strict(schema):
+    """Reject unknown fields like `kubectl --validate=strict` (the API server would silently prune them)."""
+    schema = copy.deepcopy(schema)
+
+    def walk(node):
+        if isinstance(node, dict):
+            if "properties" in node and "additionalProperties" not in node \
+                    and not node.get("x-kubernetes-preserve-unknown-fields"):
+                node["additionalProperties"] = False
+            for v in node.values():
+                walk(v)
+        elif isinstance(node, list):
+            for v in node:
+                walk(v)
+
+    walk(schema)
+    return schema
+
+
+# The CRDs of the kinds rendered here (the KubeRay ones are megabytes: parse only what is needed, with libyaml).
+CRD_FILES = ("batch.volcano.sh_jobs.yaml", "ray.io_rayjobs.yaml")
+
+
+@pytest.fixture(scope="module")
+def crd_schemas(shared_dir: Path):
+    schemas = {}
+    for name in CRD_FILES:
+        loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+        crd = yaml.load((shared_dir / "schemas" / "crds" / name).read_text(), Loader=loader)
+        for version in crd["spec"]["versions"]:
+            if version.get("served"):
+                key = (f"{crd['spec']['group']}/{version['name']}", crd["spec"]["names"]["kind"])
+                schemas[key] = _strict(version["schema"]["openAPIV3Schema"])
+    return schemas
+
+
+def test_custom_resources_match_their_crd(rendered, crd_schemas):
+    import jsonschema
+
+    job = _job(rendered[2])
+    schema = crd_schemas[(job["apiVersion"], job["kind"])]
+    jsonschema.validate(job, schema, cls=jsonschema.Draft7Validator)
+
+
+def test_crd_check_catches_a_misspelled_field(crd_schemas):
+    import jsonschema
+
+    job = _job(_render(QWEN, "volcano", 2)[1])
+    job["spec"]["minAvaliable"] = job["spec"].pop("minAvailable")
+    with pytest.raises(jsonschema.ValidationError, match="minAvaliable"):
+        jsonschema.validate(job, crd_schemas[("batch.volcano.sh/v1alpha1", "Job")], cls=jsonschema.Draft7Validator)
+
+
+def test_builtin_kinds_and_pod_templates_are_valid_kubernetes(rendered):
+    version = kubernetes_validate.latest_version()
+    docs = rendered[2]
+    for doc in docs:
+        if doc["kind"] == "ConfigMap":
+            kubernetes_validate.validate(doc, version, strict=True)
+    for role, _, tmpl in _pod_templates(_job(docs)):
+        wrapped = {"apiVersion": "v1", "kind": "PodTemplate", "metadata": {"name": role}, "template": tmpl}
+        kubernetes_validate.validate(wrapped, version, strict=True)
+
+
+# --- committed renderings ----------------------------------------------------------------------------------
+
+
+def test_committed_renderings_are_up_to_date(repo_root: Path, tmp_path: Path):
+    written = k8s.render_committed(tmp_path)
+    assert written, "no committed renderings listed"
+    for path in written:
+        committed = repo_root / "k8s" / path.name
+        assert committed.is_file(), f"k8s/{path.name} missing: run `npu-rl render all`"
+        assert committed.read_text() == path.read_text(), f"k8s/{path.name} is stale: run `npu-rl render all`"
+    stray = {p.name for p in (repo_root / "k8s").glob("*.yaml")} - {p.name for p in written}
+    assert not stray, f"k8s/ has files no renderer writes: {sorted(stray)}"
+
+
+def test_render_all_writes_the_k8s_directory(tmp_path: Path, monkeypatch):
+    import npu_rl.render.committed as committed
+
+    k8s_only = [(d, r) for d, r in committed.RENDERERS if d == "k8s"]
+    assert k8s_only, "render_all does not render k8s/"
+    monkeypatch.setattr(committed, "RENDERERS", k8s_only)
+    assert {p.name for p in render_all(tmp_path)} == {k8s.output_name(_recipe(n), t) for n, t, _ in k8s.COMMITTED}

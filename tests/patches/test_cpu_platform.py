@@ -1,0 +1,58 @@
+"""The CPU patches, exercised in a fresh interpreter as Ray's workers would see them."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+from npu_rl.patches import env_for
+
+PROBE = r"""
+import json, torch
+import verl.utils.device as device
+from verl.workers.rollout.base import _ROLLOUT_REGISTRY
+import verl.trainer.ppo.ray_trainer as rt
+import verl.workers.fsdp_workers as fw
+out = {
+    "nccl_backend": device.get_nccl_backend(),
+    "rng_roundtrip": bool(torch.equal(device.get_torch_device().get_rng_state(), torch.get_rng_state())),
+    "hf_rollout": _ROLLOUT_REGISTRY.get(("hf", "sync")),
+    "fsdp_patched": fw.FSDP is not torch.distributed.fsdp.FullyShardedDataParallel,
+    "pool_patched": rt.ResourcePoolManager.create_resource_pool.__module__,
+}
+import torch.distributed as dist, tempfile
+f = tempfile.mktemp()
+dist.init_process_group(backend="cpu:gloo,cpu:gloo", init_method=f"file://{f}", rank=0, world_size=1)
+from verl.utils.profiler.performance import topk_reduce_ratio_min_max
+out["topk"] = list(topk_reduce_ratio_min_max(1.5))
+dist.destroy_process_group()
+print(json.dumps(out))
+"""
+
+
+def _probe(env_extra: dict[str, str]) -> dict:
+    env = {**os.environ, **env_extra}
+    proc = subprocess.run([sys.executable, "-c", PROBE], env=env, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
+def test_cpu_patch_applies_in_child_processes_via_sitecustomize():
+    out = _probe(env_for(["cpu"]))
+    assert out["nccl_backend"] == "gloo"
+    assert out["rng_roundtrip"] is True
+    assert out["hf_rollout"] == "npu_rl.patches.cpu_rollout.CPURollout"
+    assert out["fsdp_patched"] is True
+    assert out["pool_patched"] == "npu_rl.patches.cpu_platform"
+    assert out["topk"] == [0.0, 1.5, 1.5]
+
+
+def test_without_the_patch_verl_is_untouched():
+    env = {k: v for k, v in os.environ.items() if k not in ("NPU_RL_PATCHES",)}
+    proc = subprocess.run(
+        [sys.executable, "-c", "import verl.utils.device as d; print(d.get_nccl_backend())"],
+        env=env, capture_output=True, text=True, timeout=120,
+    )
+    assert proc.stdout.strip() == "nccl"

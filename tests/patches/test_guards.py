@@ -1,0 +1,73 @@
+"""Each verl patch is pinned to the verl version and source it was written for."""
+
+from __future__ import annotations
+
+import importlib
+
+import pytest
+
+from npu_rl import patches
+from npu_rl.patches import guard
+
+
+def _patch_modules():
+    for name, module in patches.PATCHES.items():
+        try:
+            yield name, importlib.import_module(module)
+        except ModuleNotFoundError as err:  # a patch module of a later issue
+            if err.name == module:
+                continue
+            raise
+
+
+@pytest.mark.parametrize("name,module", list(_patch_modules()))
+def test_patched_verl_sources_unchanged(name, module):
+    fingerprints = getattr(module, "FINGERPRINTS", None)
+    assert fingerprints, f"patch {name} must list the verl functions it replaces (FINGERPRINTS)"
+    assert guard.changed_fingerprints(fingerprints) == {}, (
+        f"verl code patched by {name!r} changed; re-check the patch against the new source"
+    )
+
+
+def test_fingerprint_detects_a_change(tmp_path):
+    target = "verl.utils.device:get_nccl_backend"
+    original = guard.module_file("verl.utils.device")
+    copy = tmp_path / "device.py"
+    copy.write_text(original.read_text())
+    fp = {target: guard.fingerprint(target)}
+    assert guard.changed_fingerprints(fp, {"verl.utils.device": copy}) == {}
+    copy.write_text(original.read_text().replace('return "hccl"', 'return "hccl2"'))
+    assert list(guard.changed_fingerprints(fp, {"verl.utils.device": copy})) == [target]
+    with pytest.raises(guard.PatchVersionError, match="get_nccl_backend changed"):
+        guard.require_unchanged("cpu", fp, {"verl.utils.device": copy})
+    assert guard.changed_fingerprints({"verl.utils.device:no_such_fn": "x"}) == {
+        "verl.utils.device:no_such_fn": ("x", "missing")}
+
+
+def test_version_guard_names_both_versions(monkeypatch):
+    import verl
+
+    guard.require_verl("cpu")  # the installed verl is the pinned one
+    monkeypatch.setattr(verl, "__version__", "0.7.0")
+    with pytest.raises(guard.PatchVersionError, match=r"written for verl 0\.6\.1 but verl 0\.7\.0"):
+        guard.require_verl("cpu")
+
+
+def test_unknown_patch_name_is_refused():
+    with pytest.raises(ValueError, match="unknown npu-rl patch 'nope'"):
+        patches.install(["nope"])
+
+
+def test_post_import_hook_runs_after_import(tmp_path, monkeypatch):
+    from npu_rl.patches.hooks import when_imported
+
+    (tmp_path / "npu_rl_hook_probe.py").write_text("VALUE = 1\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    seen = []
+    when_imported("npu_rl_hook_probe", lambda m: seen.append(m.VALUE))
+    assert seen == []
+    import npu_rl_hook_probe  # noqa: F401
+
+    assert seen == [1]
+    when_imported("npu_rl_hook_probe", lambda m: seen.append(2))  # already imported: runs at once
+    assert seen == [1, 2]

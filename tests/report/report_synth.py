@@ -1,0 +1,61 @@
+"""Synthetic runs written with TensorBoard's own writer (torch.utils.tensorboard, as
+verl's tensorboard logger uses), healthy by default, with pathologies injected."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+
+STEPS = np.arange(1, 41)
+VAL_EVERY = 5
+DS = "DigitalLearningGmbH/MATH-lighteval"
+VAL_REWARD = f"val-aux/{DS}/reward/mean@1"
+VAL_ACC = f"val-core/{DS}/acc/mean@1"
+
+
+def healthy_metrics(seed: int = 0) -> dict[str, dict[int, float]]:
+    """Curves shaped like a sound GRPO run on MATH, per the recipe's reading rules."""
+    rng = np.random.default_rng(seed)
+    n = len(STEPS)
+    frac = (STEPS - 1) / (n - 1)
+    curves = {
+        "actor/entropy": 0.6 - 0.2 * frac + rng.normal(0, 0.01, n),
+        "actor/kl_loss": np.concatenate([[0.0], 0.001 + 0.01 * frac[1:] + rng.uniform(0, 5e-4, n - 1)]),
+        "actor/pg_loss": rng.normal(0.0, 0.03, n),
+        "actor/pg_clipfrac": 0.15 + rng.uniform(-0.03, 0.03, n),
+        "actor/grad_norm": 0.3 + rng.uniform(-0.1, 0.1, n),
+        "response_length/mean": 400 + 50 * frac + rng.normal(0, 10, n),
+        "response_length/clip_ratio": 0.02 + rng.uniform(0, 0.02, n),
+        "critic/score/mean": 0.3 + 0.3 * frac + rng.normal(0, 0.01, n),
+    }
+    out = {tag: {int(s): float(v) for s, v in zip(STEPS, vals)} for tag, vals in curves.items()}
+    val_steps = [int(s) for s in STEPS if s % VAL_EVERY == 0]
+    out[VAL_ACC] = {s: 0.40 + 0.15 * (s / STEPS[-1]) for s in val_steps}
+    out[VAL_REWARD] = {s: 0.35 + 0.15 * (s / STEPS[-1]) for s in val_steps}
+    return out
+
+
+def write_events(run_dir: Path, metrics: dict[str, dict[int, float]]) -> Path:
+    from torch.utils.tensorboard import SummaryWriter
+
+    run_dir.mkdir(parents=True, exist_ok=True)
+    writer = SummaryWriter(str(run_dir))
+    # verl logs all metrics of a step together, step by step.
+    for step in sorted({s for by_step in metrics.values() for s in by_step}):
+        for tag, by_step in metrics.items():
+            if step in by_step:
+                writer.add_scalar(tag, by_step[step], step)
+    writer.close()
+    return run_dir
+
+
+def write_jsonl(path: Path, metrics: dict[str, dict[int, float]]) -> Path:
+    """verl's `file` logger format: one {"step": N, "data": {...}} line per step."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path, "w", encoding="utf-8") as f:
+        for step in sorted({s for by_step in metrics.values() for s in by_step}):
+            data = {tag: by_step[step] for tag, by_step in metrics.items() if step in by_step}
+            f.write(json.dumps({"step": step, "data": data}) + "\n")
+    return path

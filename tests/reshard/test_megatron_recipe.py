@@ -1,0 +1,128 @@
+"""The DeepSeek-R1 A3 recipe: validates, and its megatron overrides compose onto stock verl 0.6.1's
+ppo_megatron_trainer.yaml (hydra rejects unknown keys and '+' on existing ones)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from hydra import compose, initialize_config_dir
+from omegaconf import OmegaConf
+
+import verl
+from npu_rl.errors import UserError
+from npu_rl.launcher.megatron import (
+    megatron_env,
+    megatron_overrides,
+    megatron_patches,
+    prepare_commands,
+    reshard_layouts,
+    stage_split,
+)
+from npu_rl.recipe.loader import load_recipe
+from npu_rl.reshard import ModelShapes, build_report, model_params, plan_reshard
+
+VERL_CONFIG = Path(verl.__file__).parent / "trainer" / "config"
+RECIPE = "deepseek_r1_671b_a3"
+
+
+def _compose(overrides: list[str]):
+    with initialize_config_dir(config_dir=str(VERL_CONFIG), version_base=None):
+        return compose(config_name="ppo_megatron_trainer", overrides=overrides)
+
+
+def test_recipe_validates_at_its_documented_scale():
+    r = load_recipe(RECIPE)
+    assert r.resources.world_size == 256 and r.resources.platform == "npu-a3"
+    assert (r.actor.tensor_model_parallel_size, r.actor.pipeline_model_parallel_size,
+            r.actor.expert_model_parallel_size) == (4, 8, 8)
+    assert sum(r.actor.layers_per_stage) == ModelShapes().num_layers
+    assert (r.algorithm.train_batch_size, r.algorithm.rollout_n) == (512, 16)
+    assert (r.data.max_prompt_length, r.data.max_response_length) == (1024, 3072)
+    assert r.optimizations.recompute_old_log_prob is False
+    for key in ("HCCL_BUFFSIZE", "HCCL_OP_EXPANSION_MODE", "VLLM_ENABLE_GRAPH_MODE", "VLLM_ENABLE_MC2"):
+        assert key in r.env
+    for dotted in r.unverified:  # every 'unverified' entry names a real recipe field
+        node = r.model_dump()
+        for part in dotted.split("."):
+            assert part in node, dotted
+            node = node[part]
+
+
+def test_megatron_overrides_compose_onto_stock_verl():
+    r = load_recipe(RECIPE)
+    cfg = _compose(megatron_overrides(r))
+    meg = cfg.actor_rollout_ref.actor.megatron
+    assert (meg.tensor_model_parallel_size, meg.pipeline_model_parallel_size, meg.expert_model_parallel_size) == (4, 8, 8)
+    assert cfg.actor_rollout_ref.ref.megatron.pipeline_model_parallel_size == 8
+    tf = OmegaConf.to_container(cfg.actor_rollout_ref.ref.megatron.override_transformer_config, resolve=True)
+    # The ref inherits the actor's transformer overrides, so the layer split reaches both models.
+    assert (tf["num_layers_in_first_pipeline_stage"], tf["num_layers_in_last_pipeline_stage"]) == (7, 6)
+    rollout = cfg.actor_rollout_ref.rollout
+    assert rollout.expert_parallel_size == 256
+    assert rollout.expert_parallel_size == rollout.data_parallel_size * r.rollout.tensor_model_parallel_size
+    assert meg.use_dist_checkpointing and meg.dist_checkpointing_path.endswith("models/DeepSeek-R1-mcore")
+    assert meg.use_mbridge is False
+
+
+def test_an_override_verl_does_not_know_is_rejected_by_the_check():
+    with pytest.raises(Exception, match="reshard_bucket"):
+        _compose(megatron_overrides(load_recipe(RECIPE)) + ["actor_rollout_ref.actor.megatron.reshard_bucket=1"])
+
+
+def test_documented_split_is_refused_with_the_reason_and_an_expressible_one():
+    with pytest.raises(UserError, match="middle stages must be equal") as err:
+        stage_split([7, 7, 8, 8, 8, 8, 8, 7])
+    hint = [int(x) for x in str(err.value).split("(e.g. ")[1].rstrip(")").split(",")]
+    assert sum(hint) == 61 and len(hint) == 8 and len(set(hint[1:-1])) == 1
+    assert stage_split([8] * 4) is None
+    assert stage_split([3, 8, 8, 2]) == (3, 2)
+
+
+def test_reshard_switch_and_prepare_job():
+    r = load_recipe(RECIPE)
+    assert megatron_patches(r) == ["reshard"] and megatron_env(r) == {"NPU_RL_RESHARD_BUCKET_MB": "64"}
+    off = load_recipe(RECIPE, {"reshard.enabled": False})
+    assert megatron_patches(off) == [] and megatron_env(off) == {}
+    cmds = prepare_commands(r)
+    assert [c[1].rsplit("/", 1)[-1] for c in cmds] == ["fp8_cast_bf16.py", "converter_hf_to_mcore.py"]
+    assert cmds[0][-1] == cmds[1][3]  # the converter reads what the FP8 cast wrote
+
+
+def test_reshard_on_cpu_or_fsdp_is_a_recipe_error():
+    with pytest.raises(UserError, match="reshard.enabled needs actor.strategy megatron"):
+        load_recipe(RECIPE, {"actor.strategy": "fsdp", "actor.layers_per_stage": None})
+
+
+def test_recipe_layouts_plan_at_the_minimum():
+    # The recipe's own layouts on a 2-layer slice of DeepSeek-V3 shapes (the full model is the benchmark's job).
+    r = load_recipe(RECIPE, {"actor.layers_per_stage": None, "actor.pipeline_model_parallel_size": 1,
+                             "actor.tensor_model_parallel_size": 4})
+    train, infer = reshard_layouts(r)
+    m = ModelShapes(num_layers=2, first_k_dense=1, vocab=1024)
+    plan = plan_reshard(model_params(m), train, infer, num_layers=2, num_experts=m.num_experts)
+    rep = build_report(plan, 2)
+    assert rep.recv == rep.minimum and rep.total < sum(rep.allgather)
+
+
+def test_megatron_layout_passes_verls_own_validation():
+    from verl.utils.config import validate_config
+
+    r = load_recipe(RECIPE)
+    a = r.algorithm
+    base = [  # the batch/world keys validate_config checks the parallel layout against
+        f"trainer.nnodes={r.resources.nnodes}", f"trainer.n_gpus_per_node={r.resources.devices_per_node}",
+        f"data.train_batch_size={a.train_batch_size}", f"actor_rollout_ref.rollout.n={a.rollout_n}",
+        f"actor_rollout_ref.actor.ppo_mini_batch_size={a.ppo_mini_batch_size}",
+        f"actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu={a.ppo_micro_batch_size_per_device}",
+        "actor_rollout_ref.rollout.name=vllm",
+        f"actor_rollout_ref.rollout.tensor_model_parallel_size={r.rollout.tensor_model_parallel_size}",
+        "actor_rollout_ref.rollout.log_prob_micro_batch_size_per_gpu=1",
+        "actor_rollout_ref.ref.log_prob_micro_batch_size_per_gpu=1",
+        "algorithm.adv_estimator=grpo",
+    ]
+    validate_config(config=_compose(base + megatron_overrides(r)), use_reference_policy=True, use_critic=False)
+    # The same overrides on 16 x 12 devices: TP4 * PP8 no longer divides the world, and verl says so.
+    with pytest.raises((AssertionError, ValueError)):
+        cfg = _compose(base + megatron_overrides(r) + ["trainer.n_gpus_per_node=12"])
+        validate_config(config=cfg, use_reference_policy=True, use_critic=False)
