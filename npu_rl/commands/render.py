@@ -22,6 +22,11 @@ def register(sub: argparse._SubParsersAction) -> None:
     k.add_argument("--target", dest="k8s_target", choices=["volcano", "kuberay"], default="volcano")
     k.add_argument("--nodes", type=int, default=None, help="override resources.nnodes")
     k.add_argument("--out", type=Path, required=True)
+    k.add_argument("--image", default=None, help="pod image (default: <images.registry in versions.yaml>/npu-rl:<tag>)")
+    k.add_argument("--queue", default="default", help="Volcano queue")
+    k.add_argument("--pvc", default="npu-rl-workspace", help="ReadWriteMany claim mounted at /workspace")
+    k.add_argument("--shm-size", default="64Gi", help="memory-backed /dev/shm per pod")
+    k.add_argument("--max-retry", type=int, default=3, help="job restarts on pod failure or eviction")
     k.set_defaults(func=_k8s)
 
     a = rsub.add_parser("all", help="re-render every committed file (compose/ and k8s/)")
@@ -39,10 +44,12 @@ def _compose(args: argparse.Namespace) -> int:
 
 def _k8s(args: argparse.Namespace) -> int:
     from ..recipe import load_recipe
-    from ..render.k8s import render_k8s
+    from ..render.k8s import K8sOptions, render_k8s
 
     recipe = load_recipe(args.recipe)
-    for path in render_k8s(recipe, args.k8s_target, args.out, nodes=args.nodes):
+    options = K8sOptions(image=args.image, queue=args.queue, pvc=args.pvc, shm_size=args.shm_size,
+                         max_retry=args.max_retry)
+    for path in render_k8s(recipe, args.k8s_target, args.out, nodes=args.nodes, options=options):
         print(f"wrote {path}")
     return 0
 

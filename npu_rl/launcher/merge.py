@@ -12,6 +12,9 @@ from . import paths as run_paths
 
 
 def merge(recipe: Recipe, step: int | None = None) -> Path:
+    from ..platform.doctor import preflight
+
+    preflight(recipe, for_job="merge")
     steps = run_paths.saved_steps(recipe)
     if not steps:
         raise UserError(f"no checkpoints under {run_paths.checkpoint_root(recipe)} (train first)")

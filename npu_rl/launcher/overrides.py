@@ -132,7 +132,10 @@ def build_overrides(recipe: Recipe) -> list[str]:
     if m.attn_implementation:
         out.append(f"+actor_rollout_ref.model.override_config.attn_implementation={m.attn_implementation}")
     if not recipe.optimizations.recompute_old_log_prob:
-        out.append("+actor_rollout_ref.actor.recompute_old_log_prob=False")
+        from ..patches.old_log_prob import hydra_overrides
+
+        # verl's actor dataclasses lack the key; the patch's subclasses carry it.
+        out += hydra_overrides(act.strategy)
     if act.strategy == "megatron":
         from .megatron import megatron_overrides
 

@@ -27,7 +27,7 @@ def check_data_file(path: Path, prompt_key: str, field: str) -> None:
         raise UserError(f"{field}: {path} lacks column(s) {', '.join(missing)} (convert it with `npu-rl data math`)")
 
 
-def check_train_inputs(recipe: Recipe) -> None:
+def check_train_inputs(recipe: Recipe, ports=()) -> None:
     check_model_dir(run_paths.model_dir(recipe))
     for field, files in (("data.train_files", recipe.data.train_files), ("data.val_files", recipe.data.val_files)):
         for f in files:
@@ -35,15 +35,13 @@ def check_train_inputs(recipe: Recipe) -> None:
     from .overrides import reward_function_path
 
     reward_function_path(recipe)
-    _platform_checks(recipe)
+    _platform_checks(recipe, "train", ports)
     from .verl_config import check_recipe
 
     check_recipe(recipe)
 
 
-def _platform_checks(recipe: Recipe) -> None:
-    try:
-        from ..platform.doctor import preflight
-    except ImportError:
-        return
-    preflight(recipe, for_job="train")
+def _platform_checks(recipe: Recipe, job: str, ports=()) -> None:
+    from ..platform.doctor import preflight
+
+    preflight(recipe, for_job=job, ports=ports)

@@ -37,7 +37,7 @@ def dry_run_text(recipe: Recipe) -> str:
 def run_training(recipe: Recipe, *, ray_port: int | None = None, extra_overrides: list[str] | None = None,
                  preflight: bool = True) -> TrainResult:
     if preflight:
-        check_train_inputs(recipe)
+        check_train_inputs(recipe, ports=[ray_port] if ray_port else ())
     env = build_env(recipe)
     log_dir = run_paths.log_root(recipe)
     log_dir.mkdir(parents=True, exist_ok=True)
@@ -55,12 +55,25 @@ def run_training(recipe: Recipe, *, ray_port: int | None = None, extra_overrides
         code = _run(cmd, {**env, "RAY_ADDRESS": address}, log_file)
     else:
         res = recipe.resources
-        resources = {} if res.platform == "cpu" else {"NPU": float(res.devices_per_node)}
-        head = LocalRayHead(port=ray_port, num_cpus=max(res.world_size + 2, os.cpu_count() or 1),
-                            resources=resources, env=env, log_file=log_dir / "ray_head.log")
+        npus = 0
+        if res.platform != "cpu":
+            npus, device_env = _select_npus(res.devices_per_node)
+            env.update(device_env)
+        # Ray's CPU count is logical: verl needs one slot per worker plus its TaskRunner.
+        head = LocalRayHead(port=ray_port, num_cpus=max(res.world_size + 2, os.cpu_count() or 1), npus=npus,
+                            env=env)
         with head:
             code = _run(cmd, {**env, "RAY_ADDRESS": head.address}, log_file)
     return TrainResult(code, time.monotonic() - t0, start_step, run_paths.latest_step(recipe), log_file)
+
+
+def _select_npus(needed: int) -> tuple[int, dict[str, str]]:
+    """This host's NPUs for the run (``NPU_DEVICES`` narrows the choice): count and visibility env."""
+    from ..platform import devices
+
+    found = devices.discover()
+    selected = devices.select(found, needed, os.environ.get("NPU_DEVICES"))
+    return len(selected), devices.visible_devices_env(selected, found)
 
 
 def _run(cmd: list[str], env: dict[str, str], log_file: Path) -> int:

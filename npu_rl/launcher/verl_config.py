@@ -88,13 +88,25 @@ def validate_with_verl(cfg) -> None:
     """verl's own batch/parallelism validation (the assertions main_ppo runs)."""
     from verl.utils.config import validate_config
 
+    from hydra.errors import InstantiationException
+
+    from ..patches.old_log_prob import check_config as check_old_log_prob
+
     use_ref = bool(cfg.actor_rollout_ref.actor.use_kl_loss or cfg.algorithm.use_kl_in_reward)
     use_critic = cfg.algorithm.adv_estimator == "gae"
     try:
+        # validate_config also builds the actor config dataclass, as every worker will.
         validate_config(config=cfg, use_reference_policy=use_ref, use_critic=use_critic)
+    except InstantiationException as err:
+        msg = " ".join(str(err).split())
+        raise UserError(f"verl cannot build the recipe's actor config: {msg}") from None
     except (AssertionError, ValueError) as err:
         msg = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
         raise UserError(f"verl rejects the recipe's batch/parallel layout: {msg}") from None
+    try:
+        check_old_log_prob(cfg)
+    except ValueError as err:
+        raise UserError(str(err)) from None
 
 
 def check_recipe(recipe) -> Any:

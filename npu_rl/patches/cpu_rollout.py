@@ -8,11 +8,26 @@ verl 0.6.1's rollout interface (``resume``/``update_weights``/``release``).
 
 from __future__ import annotations
 
+import functools
 from typing import Generator
 
 import torch
 from verl.workers.rollout.base import BaseRollout
 from verl.workers.rollout.hf_rollout import HFRollout
+
+
+def _without_position_ids(generate):
+    """HFRollout passes the prompt's position_ids to ``generate``; transformers 4.52
+    then reuses the last prompt position for every new token, and the model degenerates
+    into repeating itself. Without them, generate derives positions from the
+    left-padded attention mask exactly as verl computed them, and extends them."""
+
+    @functools.wraps(generate)
+    def wrapper(*args, **kwargs):
+        kwargs.pop("position_ids", None)
+        return generate(*args, **kwargs)
+
+    return wrapper
 
 
 class CPURollout(HFRollout):
@@ -27,6 +42,7 @@ class CPURollout(HFRollout):
             trust_remote_code=self.model_config.trust_remote_code,
         )
         self.module.eval()
+        self.module.generate = _without_position_ids(self.module.generate)
         self._params = dict(self.module.named_parameters())
 
     async def resume(self, tags: list[str]):

@@ -62,7 +62,8 @@ def test_math500_ground_truths_equal_their_answer_field(math500, tmp_path):
 def test_missing_columns_and_missing_split_are_one_line_errors(tmp_path, capsys):
     src = tmp_path / "src"
     src.mkdir()
-    pq.write_table(pa.table({"question": ["x"]}), src / "train-00000-of-00001.parquet")
+    good = pa.table({"problem": ["p"], "solution": ["\\boxed{1}"]})
+    pq.write_table(good, src / "train-00000-of-00001.parquet")
     assert main(["data", "math", "--from", str(src), "--out", str(tmp_path / "o")]) == 2
     assert "no test parquet file found" in capsys.readouterr().err
     pq.write_table(pa.table({"question": ["x"]}), src / "test-00000-of-00001.parquet")

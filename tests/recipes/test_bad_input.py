@@ -30,9 +30,11 @@ def _run(ws: Path, recipe: dict, capsys, monkeypatch, *extra: str) -> tuple[int,
     path.write_text(yaml.safe_dump(recipe))
     capsys.readouterr()
     code = main(["train", "--recipe", str(path), *extra])
-    err = capsys.readouterr().err.strip().splitlines()
+    captured = capsys.readouterr()
+    out_text, err_text = captured.out, captured.err
+    err = err_text.strip().splitlines()
     assert err, "expected an error line"
-    assert not (ws / "logs" / "npu_rl_demo" / "tiny_math_cpu" / "ray_head.log").exists(), "Ray was started"
+    assert "[ray]" not in err_text and "running:" not in out_text, "Ray was started"
     return code, err[-1]
 
 
@@ -81,7 +83,7 @@ def test_ray_port_in_use(workspace, capsys, monkeypatch):
         port = s.getsockname()[1]
         code, line = _run(workspace, TINY, capsys, monkeypatch, "--ray-port", str(port))
     assert code == 2
-    assert f"Ray port {port} on 127.0.0.1 is already in use" in line
+    assert f"port {port} in use" in line
 
 
 def test_unknown_recipe_name(capsys):

@@ -123,3 +123,13 @@ def test_dry_run_prints_the_verl_command(tmp_path):
     assert "verl.trainer.main_ppo" in proc.stdout
     assert "export HCCL_IF_BASE_PORT=64033" in proc.stdout
     assert f"actor_rollout_ref.model.path={tmp_path}/models/Qwen2.5-1.5B-Instruct" in proc.stdout
+
+
+@pytest.mark.parametrize("name", RECIPES)
+def test_recipe_files_it_references_exist(name):
+    from npu_rl.model.tokenizer_override import load_override, resolve_override
+
+    recipe = load_recipe(name)
+    override = resolve_override(recipe.model.tokenizer_config)
+    if override is not None:
+        assert "chat_template" in load_override(override)
