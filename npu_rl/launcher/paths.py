@@ -43,8 +43,10 @@ def swanlab_dir(recipe: Recipe) -> Path:
     return log_root(recipe) / "swanlab"
 
 
-def metrics_file(recipe: Recipe) -> Path:
-    return log_root(recipe) / "metrics.jsonl"
+def metrics_file(recipe: Recipe, start_step: int = 0) -> Path:
+    """verl's `file` logger truncates its file when it opens it, so each resumed
+    segment of a run writes its own file (the report reads them all)."""
+    return log_root(recipe) / f"metrics-from-step-{start_step}.jsonl"
 
 
 def saved_steps(recipe: Recipe) -> list[int]:

@@ -47,6 +47,7 @@ def run_training(recipe: Recipe, *, ray_port: int | None = None, extra_overrides
     if start_step is not None and recipe.checkpoint.resume == "auto":
         print(f"npu-rl: resuming {recipe.logging.experiment} from global_step_{start_step}", flush=True)
 
+    env["VERL_FILE_LOGGER_PATH"] = str(run_paths.metrics_file(recipe, start_step or 0))
     cmd = command(recipe, python=sys.executable) + list(extra_overrides or [])
     t0 = time.monotonic()
     address = os.environ.get("RAY_ADDRESS")
