@@ -159,6 +159,8 @@ def patches_for(recipe: Recipe) -> list[str]:
     names = []
     if recipe.resources.platform == "cpu":
         names.append("cpu")
+    if "file" in recipe.logging.backends:
+        names.append("file_logger")
     if not recipe.optimizations.recompute_old_log_prob:
         names.append("old_log_prob")
     if recipe.actor.strategy == "megatron":

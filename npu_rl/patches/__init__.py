@@ -13,6 +13,7 @@ PATCHES = {
     "cpu": "npu_rl.patches.cpu_platform",
     "old_log_prob": "npu_rl.patches.old_log_prob",
     "reshard": "npu_rl.patches.reshard",
+    "file_logger": "npu_rl.patches.file_logger",
 }
 
 BOOT_DIR = Path(__file__).resolve().parent / "boot"

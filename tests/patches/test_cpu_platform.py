@@ -56,3 +56,18 @@ def test_without_the_patch_verl_is_untouched():
         env=env, capture_output=True, text=True, timeout=120,
     )
     assert proc.stdout.strip() == "nccl"
+
+
+def test_file_logger_writes_tensor_metrics(tmp_path):
+    probe = (
+        "import json, torch, numpy as np\n"
+        "from verl.utils.tracking import FileLogger\n"
+        "lg = FileLogger('p', 'e')\n"
+        "lg.log({'global_seqlen/min': torch.tensor(3), 'a': np.float32(0.5), 'b': 1.0}, step=1)\n"
+        "lg.finish()\n"
+    )
+    path = tmp_path / "m.jsonl"
+    env = {**os.environ, **env_for(["file_logger"]), "VERL_FILE_LOGGER_PATH": str(path)}
+    proc = subprocess.run([sys.executable, "-c", probe], env=env, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert json.loads(path.read_text()) == {"step": 1, "data": {"global_seqlen/min": 3, "a": 0.5, "b": 1.0}}

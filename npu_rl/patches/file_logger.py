@@ -1,0 +1,42 @@
+"""verl 0.6.1's `file` logger crashes on the first step: ``balance_batch`` logs
+``global_seqlen/*`` as 0-d tensors, which ``json.dumps`` rejects, on every device.
+This patch turns tensor and numpy scalars into floats before the line is written.
+"""
+
+from __future__ import annotations
+
+import functools
+
+from .guard import require_verl
+from .hooks import when_imported
+
+PATCH_NAME = "file_logger"
+
+FINGERPRINTS = {
+    "verl.utils.tracking:FileLogger.log": "56dd5887a7ea7675",
+}
+
+
+def install() -> None:
+    when_imported("verl", lambda m: require_verl(PATCH_NAME))
+    when_imported("verl.utils.tracking", _patch)
+
+
+def to_json_scalar(value):
+    item = getattr(value, "item", None)  # torch tensors and numpy scalars
+    if not callable(item):
+        return value
+    try:
+        return item()
+    except (ValueError, RuntimeError):  # more than one element
+        return value.tolist()
+
+
+def _patch(mod) -> None:
+    original = mod.FileLogger.log
+
+    @functools.wraps(original)
+    def log(self, data, step):
+        return original(self, {k: to_json_scalar(v) for k, v in data.items()}, step)
+
+    mod.FileLogger.log = log
