@@ -31,6 +31,7 @@ FINGERPRINTS = {
     "verl.trainer.ppo.ray_trainer:ResourcePoolManager._check_resource_available": "dbee1ee8aa428613",
     "verl.workers.fsdp_workers:ActorRolloutRefWorker.__init__": "3864afde1a867752",
     "verl.workers.fsdp_workers:ActorRolloutRefWorker._build_model_optimizer": "b23c5e67dbbc9012",
+    "verl.workers.fsdp_workers:ActorRolloutRefWorker._build_rollout": "fc50256b25fbe303",
     "verl.utils.device:get_nccl_backend": "826b15796bda392a",
     "verl.utils.device:get_torch_device": "ac596dd4e91409cc",
     "verl.utils.profiler.performance:topk_reduce_ratio_min_max": "279a580aea136416",
@@ -159,6 +160,25 @@ def _patch_fsdp_workers(mod) -> None:
         return original_ctx(use_meta_tensor=False, mesh=mesh)
 
     mod.get_init_weight_context_manager = get_init_weight_context_manager
+
+    # _build_rollout seeds the rollout RNG (dp rank + 1000) and then calls trainer_mode(),
+    # which overwrites that state with the unseeded training RNG, so HF sampling differed
+    # from run to run. Re-seed it afterwards, as verl intends (vLLM samples with its own seed).
+    worker = mod.ActorRolloutRefWorker
+    original_build_rollout = worker._build_rollout
+
+    @functools.wraps(original_build_rollout)
+    def _build_rollout(self, *args, **kwargs):
+        import torch
+
+        result = original_build_rollout(self, *args, **kwargs)
+        training_state = torch.get_rng_state()
+        torch.manual_seed(self.rank + 1000)
+        self.gen_random_states = torch.get_rng_state()
+        torch.set_rng_state(training_state)
+        return result
+
+    worker._build_rollout = _build_rollout
 
 
 def _patch_performance(mod) -> None:

@@ -81,9 +81,6 @@ def install() -> None:
     when_imported(DP_ACTOR, patch_dp_actor)
     when_imported(MEGATRON_ACTOR, patch_megatron_actor)
     when_imported(MCORE_MODELS, patch_mcore_forward)
-    import os
-    if os.environ.get("OLPDBG"):
-        from . import _olp_debug  # noqa  TEMP
 
 
 # --- configuration -------------------------------------------------------------------------------

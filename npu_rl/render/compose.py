@@ -9,7 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 
-from jinja2 import Environment, PackageLoader, StrictUndefined
+from jinja2 import Environment
 
 from ..image.spec import build_args, spec
 from ..launcher import paths as run_paths
@@ -17,6 +17,7 @@ from ..paths import workspace
 from ..platform.devices import CONTROL_DEVICES, HOST_MOUNTS
 from ..recipe import load_recipe
 from ..recipe.schema import Recipe
+from .templating import environment
 
 # The recipe `docker compose up train-qwen` runs: one Atlas A2 NPU.
 TRAIN_RECIPE = "qwen2_5_1_5b_math_a2_1card"
@@ -72,16 +73,12 @@ def _in_container(host_path: Path) -> PurePosixPath:
     return CONTAINER_WORKSPACE / host_path.relative_to(workspace()).as_posix()
 
 
+def _quote(value: object) -> str:
+    return '"' + str(value).replace("\\", "\\\\").replace('"', '\\"') + '"'
+
+
 def _environment() -> Environment:
-    env = Environment(
-        loader=PackageLoader("npu_rl.render", "templates/compose"),
-        undefined=StrictUndefined,
-        keep_trailing_newline=True,
-        trim_blocks=True,
-        lstrip_blocks=True,
-    )
-    env.filters["q"] = lambda s: '"' + str(s).replace("\\", "\\\\").replace('"', '\\"') + '"'
-    return env
+    return environment("templates/compose", _quote)
 
 
 def context() -> dict:

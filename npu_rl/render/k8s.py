@@ -29,7 +29,7 @@ from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
 
 import yaml
-from jinja2 import Environment, PackageLoader, StrictUndefined
+from jinja2 import Environment
 
 from .. import versions
 from ..errors import UserError
@@ -37,6 +37,7 @@ from ..image.spec import spec as image_spec
 from ..platform.devices import HOST_MOUNTS
 from ..recipe import parse_recipe
 from ..recipe.schema import Recipe
+from .templating import environment
 
 TARGETS = ("volcano", "kuberay")
 RECIPE_DIR = PurePosixPath("/etc/npu-rl")
@@ -160,16 +161,8 @@ def context(recipe: Recipe, target: str, opts: K8sOptions) -> dict:
 
 
 def _environment() -> Environment:
-    env = Environment(
-        loader=PackageLoader("npu_rl.render", "templates/k8s"),
-        undefined=StrictUndefined,
-        keep_trailing_newline=True,
-        trim_blocks=True,
-        lstrip_blocks=True,
-    )
     # JSON scalars are valid YAML and need no escaping rules of their own.
-    env.filters["q"] = lambda v: json.dumps(v, ensure_ascii=False)
-    return env
+    return environment("templates/k8s", lambda v: json.dumps(v, ensure_ascii=False))
 
 
 def render_text(recipe: Recipe, target: str, nodes: int | None = None, options: K8sOptions | None = None) -> str:
