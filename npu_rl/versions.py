@@ -49,6 +49,8 @@ def cpu_constraints(pins: dict[str, Any] | None = None) -> list[str]:
         f"transformers{_spec(get('common.transformers', pins))}",
         f"ray{_spec(get('common.ray', pins))}",
         f"tensorboard{_spec(get('dashboards.tensorboard', pins))}",
+        f"math-verify{_spec(get('reward.math_verify', pins))}",
+        f"antlr4-python3-runtime{_spec(get('reward.antlr4_python3_runtime', pins))}",
     ]
 
 
