@@ -18,6 +18,7 @@ COMMAND_MODULES = [
     "npu_rl.commands.report",
     "npu_rl.commands.model",
     "npu_rl.commands.data",
+    "npu_rl.commands.prepare",
     "npu_rl.commands.recipe",
     "npu_rl.commands.render",
     "npu_rl.commands.ray",

@@ -18,10 +18,19 @@ def register(sub: argparse._SubParsersAction) -> None:
     m.set_defaults(func=_math)
 
 
+def source_path(text: str | None) -> Path | None:
+    """A raw-data source as given on the command line: 'sample' for the bundled sample, empty for none."""
+    if not text:
+        return None
+    if text == "sample":
+        from ..data.sample import sample_dir
+
+        return sample_dir()
+    return Path(text)
+
+
 def _math(args: argparse.Namespace) -> int:
     from ..data.math import prepare
-    from ..data.sample import sample_dir
 
-    source = sample_dir() if args.source == "sample" else (Path(args.source) if args.source else None)
-    prepare(args.out, source)
+    prepare(args.out, source_path(args.source))
     return 0

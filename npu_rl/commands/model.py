@@ -5,7 +5,6 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from ..errors import UserError
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -54,18 +53,9 @@ def _tiny(args: argparse.Namespace) -> int:
 
 
 def _fetch(args: argparse.Namespace) -> int:
-    from ..model.fetch import check_model_dir, fetch
-    from ..model.tokenizer_override import apply_override, resolve_override
+    from ..model.fetch import fetch_for_recipe
     from ..recipe import load_recipe
 
-    out = fetch(args.source, args.out)
-    check_model_dir(out)
-    if args.recipe:
-        override = resolve_override(load_recipe(args.recipe).model.tokenizer_config)
-        if override is not None:
-            apply_override(out, override)
-            print(f"applied {override.name} to {out / 'tokenizer_config.json'}")
-    elif not (out / "tokenizer_config.json").is_file():
-        raise UserError(f"{out}: no tokenizer_config.json")
-    print(f"model: {out}")
+    tokenizer_config = load_recipe(args.recipe).model.tokenizer_config if args.recipe else None
+    fetch_for_recipe(args.source, args.out, tokenizer_config)
     return 0

@@ -12,6 +12,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--recipe", required=True, help="recipe name (configs/recipes) or YAML path")
     p.add_argument("--set", action="append", metavar="KEY=VALUE", help="override a recipe field (dotted)")
     p.add_argument("--dry-run", action="store_true", help="print the environment and verl command, run nothing")
+    p.add_argument("--prepare", action="store_true",
+                   help="first fetch the model, convert the data and weights where missing (as `npu-rl prepare`)")
     p.add_argument("--ray-port", type=int, default=None, help="GCS port of the local Ray head (default: a free one)")
     p.set_defaults(func=run)
 
@@ -23,6 +25,10 @@ def run(args: argparse.Namespace) -> int:
     if args.dry_run:
         print(dry_run_text(recipe))
         return 0
+    if args.prepare:
+        from ..launcher.prepare import prepare
+
+        prepare(recipe)
     result = run_training(recipe, ray_port=args.ray_port)
     if result.exit_code != 0:
         print(f"npu-rl: training exited with code {result.exit_code}; checkpoints up to step "

@@ -17,7 +17,7 @@ def check_data_file(path: Path, prompt_key: str, field: str) -> None:
     import pyarrow.parquet as pq
 
     if not path.is_file():
-        raise UserError(f"{field}: data file not found: {path} (run `npu-rl data math`)")
+        raise UserError(f"{field}: data file not found: {path} (run `npu-rl prepare`)")
     try:
         schema = pq.read_schema(path)
     except Exception as err:  # pyarrow raises several types for a broken file

@@ -45,3 +45,23 @@ def fetch(source: str, out: Path) -> Path:
             "(set HF_ENDPOINT to a mirror, or pass a local directory)"
         ) from None
     return out
+
+
+def fetch_for_recipe(source: str, out: Path, tokenizer_config: str | None = None) -> Path:
+    """Fetch ``source`` into ``out`` and apply a recipe's ``model.tokenizer_config`` override.
+
+    Shared by `npu-rl model fetch` and `npu-rl prepare`, so both leave the same model directory.
+    """
+    from .tokenizer_override import apply_override, resolve_override
+
+    # Resolved first: a wrong override path should fail before a long download, not after it.
+    override = resolve_override(tokenizer_config)
+    out = fetch(source, out)
+    check_model_dir(out)
+    if override is not None:
+        apply_override(out, override)
+        print(f"applied {override.name} to {out / 'tokenizer_config.json'}")
+    elif not (out / "tokenizer_config.json").is_file():
+        raise UserError(f"{out}: no tokenizer_config.json")
+    print(f"model: {out}")
+    return out

@@ -247,7 +247,7 @@ def check_data(ctx: _Context) -> CheckResult:
     for f in files:
         path = run_paths.resolve(f)
         if not path.is_file():
-            return _fail("data", f"{path} missing", f"run `npu-rl data math --recipe {ctx.recipe.name}`")
+            return _fail("data", f"{path} missing", f"run `npu-rl prepare --recipe {ctx.recipe.name}`")
     return _ok("data", f"{len(files)} file(s)")
 
 

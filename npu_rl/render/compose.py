@@ -40,6 +40,9 @@ class Var:
 
 def variables(recipe: Recipe) -> list[Var]:
     model_dir = _in_container(run_paths.model_dir(recipe))
+    fallback = "download from the hub"
+    if recipe.data.source_dir:
+        fallback = f"{_in_container(run_paths.resolve(recipe.data.source_dir))} if it exists, else {fallback}"
     return [
         Var("NPU_RL_IMAGE", spec("a2").tag, "Ascend image of every NPU service (`npu-rl image build --variant a2`)"),
         Var("NPU_RL_EVAL_IMAGE", spec("a2", "eval").tag, "Ascend image with OpenCompass, for the eval service"),
@@ -49,10 +52,11 @@ def variables(recipe: Recipe) -> list[Var]:
         Var("NPU_DEVICE", "0", "Physical id N of the /dev/davinciN that NPU services get (see `npu-smi info`)"),
         Var("SHM_SIZE", DEFAULT_SHM, "Shared memory of NPU services (Ray's object store; `npu-rl doctor` checks it)"),
         Var("CPU_SHM_SIZE", CPU_SHM, "Shared memory of the cpu-demo service"),
-        Var("MODEL_SOURCE", recipe.model.hub_id or str(model_dir),
-            f"What `prepare` fetches into {model_dir}: a hub id or a local directory under /workspace"),
+        Var("MODEL_SOURCE", recipe.model.hub_id or "",
+            f"What `prepare` fetches into {model_dir} when it is missing: a hub id or a local directory under "
+            "/workspace (empty: the recipe's model.hub_id)"),
         Var("MATH_SOURCE", "",
-            "Directory under /workspace with the raw MATH-lighteval parquet files (empty: download from the hub)"),
+            f"Directory under /workspace with the raw MATH-lighteval parquet files (empty: {fallback})"),
         Var("DASHBOARD_BIND", "127.0.0.1", "Host address of the TensorBoard, SwanLab and notebook ports"),
         Var("TENSORBOARD_PORT", "6006", "Host port of TensorBoard"),
         Var("SWANLAB_PORT", "5092", "Host port of the SwanLab dashboard"),
@@ -83,7 +87,6 @@ def _environment() -> Environment:
 
 def context() -> dict:
     recipe = load_recipe(TRAIN_RECIPE)
-    train_files = [PurePosixPath(f) for f in recipe.data.train_files]
     vars_ = variables(recipe)
     return {
         "recipe": recipe,
@@ -94,8 +97,6 @@ def context() -> dict:
         "cpu_args": build_args("cpu"),
         "control_devices": [f"/dev/{d}" for d in CONTROL_DEVICES],
         "host_mounts": HOST_MOUNTS,
-        "model_dir": _in_container(run_paths.model_dir(recipe)),
-        "data_dir": train_files[0].parent,
         "tensorboard_dir": _in_container(run_paths.tensorboard_dir(recipe)),
         "swanlab_dir": _in_container(run_paths.swanlab_dir(recipe)),
     }

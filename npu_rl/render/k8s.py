@@ -5,7 +5,7 @@ and one gang-scheduled job of ``nnodes`` pods, each requesting the recipe's
 NPUs per node on nodes labelled with the platform's ``accelerator-type``.
 
 Flow on Volcano (batch.volcano.sh/v1alpha1): the ``head`` task runs
-``npu-rl ray head --nodes N --devices D -- npu-rl train --recipe ...`` and the
+``npu-rl ray head --nodes N --devices D -- npu-rl train --recipe ... --prepare`` and the
 ``worker`` task ``npu-rl ray worker --devices D`` (head host from the ``svc``
 plugin); the head exits with the training's exit code, ``TaskCompleted`` on
 the head completes the job, and a failed or evicted pod restarts the whole job
@@ -118,7 +118,9 @@ def context(recipe: Recipe, target: str, opts: K8sOptions) -> dict:
     name = job_name(recipe)
     devices = str(res.devices_per_node)
     recipe_path = str(RECIPE_DIR / RECIPE_FILE)
-    train = ["npu-rl", "train", "--recipe", recipe_path]
+    # --prepare: the model, data and (megatron) converted weights land on the shared volume once;
+    # a restarted job finds them there and skips straight to training.
+    train = ["npu-rl", "train", "--recipe", recipe_path, "--prepare"]
     wait = ["npu-rl", "ray", "wait", "--nodes", str(res.nnodes), "--devices", devices,
             "--timeout", str(opts.wait_timeout_s)]
     if target == "volcano":

@@ -1,7 +1,6 @@
 import json
 import re
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -127,36 +126,36 @@ def test_env_example_documents_every_variable():
 def test_npu_rl_commands_are_valid_cli_calls(compose):
     parser = build_parser()
     calls = [svc["command"] for svc in compose["services"].values() if svc.get("command", [""])[0] == "npu-rl"]
-    assert len(calls) == 3  # train, merge, eval
+    assert len(calls) == 4  # prepare, train, merge, eval
     for cmd in calls:
         args = parser.parse_args(cmd[1:])
         load_recipe(args.recipe)
 
 
-@pytest.mark.parametrize("math_source", ["", "/workspace/data/MATH-lighteval"])
-def test_prepare_script_calls_npu_rl_correctly(compose, tmp_path, math_source, require):
-    """Run the prepare service's shell line with an npu-rl that only parses its arguments."""
-    require("bash")
-    fake = tmp_path / "npu-rl"
-    log = tmp_path / "calls.jsonl"
-    fake.write_text(
-        f"#!{sys.executable}\nimport json, sys\nfrom npu_rl.cli import build_parser\n"
-        "build_parser().parse_args(sys.argv[1:])\n"
-        f"open({str(log)!r}, 'a').write(json.dumps(sys.argv[1:]) + '\\n')\n")
-    fake.chmod(0o755)
-    svc = compose["services"]["prepare"]
-    assert svc["command"][:2] == ["bash", "-c"]
-    script = svc["command"][2].replace("$$", "$")  # compose's escape for a literal $
-    env = {"PATH": f"{tmp_path}:/usr/bin:/bin", "MODEL_SOURCE": _defaults(svc["environment"]["MODEL_SOURCE"]),
-           "MATH_SOURCE": math_source, "NPU_RL_HOME": str(REPO)}
-    out = subprocess.run(["bash", "-c", script], env=env, capture_output=True, text=True, timeout=60)
-    assert out.returncode == 0, out.stderr
-    calls = [json.loads(line) for line in log.read_text().splitlines()]
+def _interpolate(text: str, env: dict[str, str]) -> str:
+    """docker compose's ${X:-default}: the value of X unless it is unset or empty."""
+    return re.sub(r"\$\{(\w+):-([^}]*)\}", lambda m: env.get(m.group(1)) or m.group(2), text)
+
+
+@pytest.mark.parametrize("env", [{}, {"MATH_SOURCE": "/workspace/data/MATH-lighteval"},
+                                 {"MODEL_SOURCE": "/workspace/my-model", "MATH_SOURCE": ""}])
+def test_prepare_service_maps_its_variables_to_npu_rl_prepare(compose, env, monkeypatch):
+    """The prepare service's command, as compose interpolates it, reaches the prepare job with the
+    sources the variables name; empty ones mean 'whatever the recipe says'."""
+    import npu_rl.launcher.prepare as prepare_job
+
+    calls = []
+    monkeypatch.setattr(prepare_job, "prepare", lambda recipe, **kw: calls.append((recipe.name, kw)))
+    cmd = [_interpolate(c, env) for c in compose["services"]["prepare"]["command"]]
+    assert cmd[0] == "npu-rl"
+    args = build_parser().parse_args(cmd[1:])
+    assert args.command == "prepare"
+    assert args.func(args) == 0
     recipe = load_recipe(TRAIN_RECIPE)
-    assert calls[0] == ["model", "fetch", recipe.model.hub_id, "--out", f"/workspace/{recipe.model.path}",
-                        "--recipe", TRAIN_RECIPE]
-    data_dir = str(Path(recipe.data.train_files[0]).parent)
-    assert calls[1] == ["data", "math", "--out", data_dir] + (["--from", math_source] if math_source else [])
+    assert calls == [(TRAIN_RECIPE, {
+        "model_source": env.get("MODEL_SOURCE") or recipe.model.hub_id,
+        "data_source": Path(env["MATH_SOURCE"]) if env.get("MATH_SOURCE") else None,
+    })]
 
 
 def test_train_service_runs_the_a2_single_card_recipe(compose):

@@ -10,7 +10,7 @@ import kubernetes_validate
 import pytest
 import yaml
 
-from npu_rl.cli import main
+from npu_rl.cli import build_parser, main
 from npu_rl.errors import UserError
 from npu_rl.recipe import load_recipe, parse_recipe
 from npu_rl.render import k8s
@@ -134,12 +134,18 @@ def test_configmap_carries_the_recipe_the_head_trains(rendered):
     if target == "volcano":
         args = head["containers"][0]["args"]
         assert args[:3] == ["npu-rl", "ray", "head"]
-        assert args[args.index("--") + 1:] == ["npu-rl", "train", "--recipe", recipe_path]
+        train = args[args.index("--") + 1:]
         assert args[args.index("--nodes") + 1] == str(mounted.resources.nnodes)
     else:
         entry = job["spec"]["entrypoint"]
         assert f"--nodes {mounted.resources.nnodes}" in entry
-        assert entry.endswith(f"npu-rl train --recipe {recipe_path}")
+        wait, train_line = entry.split(" && ")
+        assert shlex.split(wait)[:3] == ["npu-rl", "ray", "wait"]
+        train = shlex.split(train_line)
+    # The head prepares (fetch, data, weight conversion; skipped when present) and then trains the mounted recipe.
+    assert train[0] == "npu-rl"
+    parsed = build_parser().parse_args(train[1:])
+    assert (parsed.command, parsed.recipe, parsed.prepare) == ("train", recipe_path, True)
 
 
 def test_volcano_restarts_on_failure_and_completes_with_the_head():

@@ -1,0 +1,29 @@
+"""`npu-rl prepare --recipe R`: fetch the model, convert the data and (megatron) the weights
+the recipe reads; each step is skipped when its output is already there."""
+
+from __future__ import annotations
+
+import argparse
+
+from ..recipe import load_recipe, parse_set_args
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("prepare", help="put the recipe's model, data and converted weights in place (skips what exists)")
+    p.add_argument("--recipe", required=True, help="recipe name (configs/recipes) or YAML path")
+    p.add_argument("--set", action="append", metavar="KEY=VALUE", help="override a recipe field (dotted)")
+    # Empty values mean "not given", so compose can pass unset variables straight through.
+    p.add_argument("--model-source", default=None, metavar="HUB_ID_OR_DIR",
+                   help="where to fetch the model from when it is missing (default: model.hub_id)")
+    p.add_argument("--data-source", default=None, metavar="DIR",
+                   help="raw MATH-lighteval parquet directory, or 'sample' (default: data.source_dir, else the hub)")
+    p.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    from ..launcher.prepare import prepare
+    from .data import source_path
+
+    recipe = load_recipe(args.recipe, parse_set_args(args.set))
+    prepare(recipe, model_source=args.model_source or None, data_source=source_path(args.data_source))
+    return 0

@@ -1,0 +1,221 @@
+"""Everything a recipe reads before training, made idempotent: the model, the data and
+(megatron recipes with ``prepare.weight_conversion``) the converted weights.
+
+Each step first looks for its output and skips with one line when it is there, so
+compose's ``prepare`` service and a restarted Kubernetes job can run it every time.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+from ..errors import UserError
+from ..model.fetch import check_model_dir, fetch_for_recipe
+from ..recipe.schema import Recipe
+from . import megatron
+from . import paths as run_paths
+
+# Conversion tools name their output directory with a flag starting with this
+# (DeepSeek's --output-bf16-hf-path, verl's --output_path).
+OUTPUT_FLAG = "--output"
+PARTIAL_SUFFIX = ".partial"
+# Left out when the HF side files are copied next to the BF16 weights: the cast wrote its own.
+WEIGHT_INDEX = "model.safetensors.index.json"
+
+
+def prepare(recipe: Recipe, model_source: str | None = None, data_source: Path | None = None) -> None:
+    """Run the model, data and weight-conversion steps of ``recipe``, skipping what is present."""
+    prepare_model(recipe, model_source)
+    prepare_data(recipe, data_source)
+    convert_weights(recipe)
+
+
+# --- model -----------------------------------------------------------------------------------
+
+
+def model_complete(path: Path) -> bool:
+    """A HF model directory with weights, and every shard its index names (an interrupted
+    download leaves some shards missing)."""
+    try:
+        check_model_dir(path)
+    except UserError:
+        return False
+    index = path / WEIGHT_INDEX
+    if not index.is_file():
+        return True
+    try:
+        shards = set(json.loads(index.read_text(encoding="utf-8"))["weight_map"].values())
+    except (ValueError, KeyError, TypeError):
+        return False
+    return all((path / s).is_file() for s in shards)
+
+
+def fetch_target(recipe: Recipe) -> Path:
+    """Where the published weights go: ``model.path``, or the conversion's input when the
+    recipe trains on converted weights."""
+    conv = recipe.prepare.weight_conversion
+    return run_paths.resolve(conv.hf_path) if conv else run_paths.model_dir(recipe)
+
+
+def prepare_model(recipe: Recipe, source: str | None = None) -> None:
+    target = fetch_target(recipe)
+    # With a conversion, either end being there is enough: the published copy may have
+    # been deleted after conversion to save space.
+    for path in dict.fromkeys((run_paths.model_dir(recipe), target)):
+        if model_complete(path):
+            print(f"model: {path} already present", flush=True)
+            return
+    source = source or recipe.model.hub_id
+    if not source:
+        raise UserError(f"model.path {recipe.model.path}: no weights in {target}; pass --model-source HUB_ID_OR_DIR "
+                        "or set model.hub_id in the recipe")
+    fetch_for_recipe(source, target, recipe.model.tokenizer_config)
+
+
+# --- data ------------------------------------------------------------------------------------
+
+
+def data_files(recipe: Recipe) -> list[Path]:
+    return [run_paths.resolve(f) for f in (*recipe.data.train_files, *recipe.data.val_files)]
+
+
+def recipe_source_dir(source_dir: str) -> Path:
+    """``data.source_dir``: relative to the workspace; 'sample' is the bundled sample, as in
+    `npu-rl data math --from sample`."""
+    if source_dir == "sample":
+        from ..data.sample import sample_dir
+
+        return sample_dir()
+    return run_paths.resolve(source_dir)
+
+
+def data_source(recipe: Recipe, source: Path | None) -> Path | None:
+    """The raw MATH-lighteval directory to convert; None means the hub."""
+    if source is not None:
+        if not source.is_dir():
+            raise UserError(f"--data-source {source}: directory not found")
+        return source
+    if recipe.data.source_dir:
+        path = recipe_source_dir(recipe.data.source_dir)
+        if path.is_dir():
+            return path
+        print(f"data: data.source_dir {path} not found, loading {recipe.data.hub_dataset} from the hub", flush=True)
+    return None
+
+
+def prepare_data(recipe: Recipe, source: Path | None = None) -> None:
+    from ..data.math import prepare as convert_math
+
+    files = data_files(recipe)
+    if all(f.is_file() for f in files):
+        print(f"data: {', '.join(map(str, files))} already present", flush=True)
+        return
+    out = run_paths.resolve(recipe.data.train_files[0]).parent
+    convert_math(out, data_source(recipe, source), recipe.data.hub_dataset)
+    missing = [f for f in files if not f.is_file()]
+    if missing:
+        raise UserError(f"data: {missing[0]} is not a file the MATH conversion writes (it writes train.parquet and "
+                        f"test.parquet into {out}); fix data.train_files / data.val_files")
+
+
+# --- weight conversion -----------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class ConversionStep:
+    argv: list[str]
+    output: Path
+
+    @property
+    def script(self) -> Path | None:
+        return next((Path(a) for a in self.argv if a.endswith(".py")), None)
+
+    @property
+    def name(self) -> str:
+        return (self.script or Path(self.argv[0])).name
+
+    def argv_writing_to(self, output: Path) -> list[str]:
+        """The command with its output flag pointed at ``output``; ``python`` is this interpreter,
+        which in the images is the one with verl, torch and Megatron installed."""
+        argv = list(self.argv)
+        argv[_output_index(argv)] = str(output)
+        if argv[0] == "python":
+            argv[0] = sys.executable
+        return argv
+
+
+def _output_index(argv: list[str]) -> int:
+    for i, arg in enumerate(argv[:-1]):
+        if arg.startswith(OUTPUT_FLAG):
+            return i + 1
+    raise ValueError(f"conversion command names no {OUTPUT_FLAG}* directory: {argv}")
+
+
+def conversion_steps(recipe: Recipe) -> list[ConversionStep]:
+    return [ConversionStep(argv, Path(argv[_output_index(argv)])) for argv in megatron.prepare_commands(recipe)]
+
+
+def _present(path: Path) -> bool:
+    return path.is_dir() and any(path.iterdir())
+
+
+def convert_weights(recipe: Recipe) -> None:
+    steps = conversion_steps(recipe)
+    pending = []
+    for step in steps:
+        if _present(step.output):
+            print(f"weights: {step.output} already present ({step.name} skipped)", flush=True)
+        else:
+            pending.append(step)
+    # Checked before the first step runs: the second step's script missing after an hour-long first one is a waste.
+    for step in pending:
+        if step.script is not None and not step.script.is_file():
+            raise UserError(f"prepare.weight_conversion: {step.name} not found at {step.script}")
+    for i, step in enumerate(pending, 1):
+        _run_step(recipe, step, f"[{i}/{len(pending)}]")
+
+
+def _run_step(recipe: Recipe, step: ConversionStep, counter: str) -> None:
+    # The tool writes next to the output and the result is renamed into place only on
+    # success, so an interrupted conversion is redone instead of being taken as done.
+    partial = step.output.with_name(step.output.name + PARTIAL_SUFFIX)
+    shutil.rmtree(partial, ignore_errors=True)
+    partial.parent.mkdir(parents=True, exist_ok=True)
+    print(f"weights: {counter} {step.name} -> {step.output}", flush=True)
+    # Output goes straight to the console: these tools show their own progress.
+    code = subprocess.run(step.argv_writing_to(partial)).returncode
+    if code != 0:
+        raise UserError(f"weight conversion step {step.name} failed with exit code {code}")
+    if not partial.is_dir():
+        raise UserError(f"weight conversion step {step.name} exited 0 but wrote nothing to {partial}")
+    conv = recipe.prepare.weight_conversion
+    if conv is not None and conv.bf16_path and step.output == run_paths.resolve(conv.bf16_path):
+        copy_hf_side_files(run_paths.resolve(conv.hf_path), partial)
+    if step.output.is_dir():
+        step.output.rmdir()  # empty (see _present); rename cannot replace a directory
+    partial.rename(step.output)
+
+
+def copy_hf_side_files(src: Path, dst: Path) -> list[Path]:
+    """Give the BF16 weights the config, tokenizer and remote code of the published FP8
+    checkpoint, which DeepSeek's cast does not copy, so the directory loads as a model.
+
+    ``quantization_config`` is dropped from config.json: the weights are no longer FP8.
+    """
+    copied = []
+    for f in sorted(src.iterdir()):
+        if not f.is_file() or f.suffix == ".safetensors" or f.name == WEIGHT_INDEX or (dst / f.name).exists():
+            continue
+        if f.name == "config.json":
+            config = json.loads(f.read_text(encoding="utf-8"))
+            config.pop("quantization_config", None)
+            (dst / f.name).write_text(json.dumps(config, indent=2) + "\n", encoding="utf-8")
+        else:
+            shutil.copy2(f, dst / f.name)
+        copied.append(dst / f.name)
+    return copied
