@@ -291,7 +291,9 @@ def patch_dp_actor(module: Any, check: bool = True) -> None:
         if tap is None or not torch.is_grad_enabled():
             return original_forward(self, micro_batch, temperature, calculate_entropy=calculate_entropy)
         entropy, log_prob = original_forward(self, micro_batch, temperature, calculate_entropy=True)
-        tap.append((entropy.detach().float().cpu(), micro_batch["response_mask"].cpu()))
+        # Keep the dtype the model produced (bf16 under FSDP mixed precision): verl aggregates the
+        # recomputed pass's entropy in that dtype, and the metric must match it, not a finer mean.
+        tap.append((entropy.detach().cpu(), micro_batch["response_mask"].cpu()))
         return (entropy if calculate_entropy else None), log_prob
 
     cls.update_policy = update_policy
