@@ -139,7 +139,7 @@ def test_verl_version_against_the_pin(fake_host, ready_workspace, fake_dist):
 def test_missing_data_and_model(fake_host, workspace):
     results = _by_name(doctor.run_checks(load_recipe("tiny_math_cpu"), "train", host=fake_host().host()))
     assert results["model"].status == "fail" and "npu-rl model" in results["model"].fix
-    assert results["data"].status == "fail" and "npu-rl data math" in results["data"].fix
+    assert results["data"].status == "fail" and "npu-rl prepare" in results["data"].fix
 
 
 def test_merge_needs_a_checkpoint(fake_host, ready_workspace):
