@@ -8,15 +8,18 @@ per-step ``timing_s/step`` of all steps after the first (warm-up) ones:
 
     NPU_RL_WORKSPACE=/tmp/ws .venv/bin/python benchmarks/old_log_prob_bench.py [--rounds 3 --steps 4]
 
-The workspace needs the tiny model and the math sample (created here when absent).
+The workspace needs the tiny model and the math sample (created here when absent);
+without NPU_RL_WORKSPACE it is workspace/bench (git-ignored), never the current directory.
 """
 
 from __future__ import annotations
 
 import argparse
+import os
 import statistics
 import sys
 import time
+from pathlib import Path
 
 from npu_rl.cli import main as npu_rl
 from npu_rl.launcher import paths as run_paths
@@ -67,6 +70,7 @@ def main() -> int:
     args = ap.parse_args()
     if args.steps <= args.warmup:
         raise SystemExit("--steps must exceed --warmup")
+    os.environ.setdefault("NPU_RL_WORKSPACE", str(Path(__file__).resolve().parents[1] / "workspace" / "bench"))
     prepare()
     tag = time.strftime("%H%M%S")
     steps: dict[str, list[float]] = {name: [] for name, _ in SETTINGS}
