@@ -30,6 +30,13 @@ class Address:
         return cls(host, int(port))
 
 
+def free_port(host: str = "127.0.0.1") -> int:
+    """A port the OS reports free on ``host`` right now."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind((host, 0))
+        return s.getsockname()[1]
+
+
 def port_open(addr: Address, timeout: float = 2.0) -> bool:
     try:
         with socket.create_connection((addr.host, addr.port), timeout=timeout):

@@ -2,38 +2,20 @@
 
 It is a :class:`npu_rl.cluster.raynode.RayNode` (``ray start --head --block`` in
 its own process group), so stopping it stops exactly this run's daemons and
-never another Ray on the same machine, which ``ray stop`` would.
+never another Ray on the same machine, which ``ray stop`` would. A ``--ray-port``
+that is in use is refused earlier, by the train preflight (``npu-rl doctor``'s port check).
 """
 
 from __future__ import annotations
 
-import socket
-
-from ..cluster.probe import Deadline
+from ..cluster.probe import Deadline, free_port
 from ..cluster.raynode import NodeSpec, RayNode, child_env, head_argv
 from ..errors import UserError
-
-
-def port_in_use(port: int, host: str = "127.0.0.1") -> bool:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        try:
-            s.bind((host, port))
-        except OSError:
-            return True
-    return False
-
-
-def free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 class LocalRayHead:
     def __init__(self, *, port: int | None, num_cpus: int, npus: int, env: dict[str, str],
                  startup_timeout: float = 120.0):
-        if port is not None and port_in_use(port):
-            raise UserError(f"Ray port {port} on 127.0.0.1 is already in use (pass --ray-port with a free port)")
         self.port = port or free_port()
         # Ray's client server defaults to port 10001 on every head; a second run on the
         # same machine would collide, so each run takes a free one.

@@ -34,10 +34,8 @@ def dry_run_text(recipe: Recipe) -> str:
     return "\n".join(lines)
 
 
-def run_training(recipe: Recipe, *, ray_port: int | None = None, extra_overrides: list[str] | None = None,
-                 preflight: bool = True) -> TrainResult:
-    if preflight:
-        check_train_inputs(recipe, ports=[ray_port] if ray_port else ())
+def run_training(recipe: Recipe, *, ray_port: int | None = None) -> TrainResult:
+    check_train_inputs(recipe, ports=[ray_port] if ray_port else ())
     env = build_env(recipe)
     log_dir = run_paths.log_root(recipe)
     log_dir.mkdir(parents=True, exist_ok=True)
@@ -48,7 +46,7 @@ def run_training(recipe: Recipe, *, ray_port: int | None = None, extra_overrides
         print(f"npu-rl: resuming {recipe.logging.experiment} from global_step_{start_step}", flush=True)
 
     env["VERL_FILE_LOGGER_PATH"] = str(run_paths.metrics_file(recipe, start_step or 0))
-    cmd = command(recipe, python=sys.executable) + list(extra_overrides or [])
+    cmd = command(recipe, python=sys.executable)
     t0 = time.monotonic()
     address = os.environ.get("RAY_ADDRESS")
     if address:

@@ -320,7 +320,8 @@ def patch_mcore_forward(module: Any, check: bool = True) -> None:
                 output = forward_fn(*f_args, **f_kwargs)
                 tap = _mcore_tap.get()
                 if tap is not None and isinstance(output, dict) and "entropy" in output:
-                    tap.append(output["entropy"].detach().float().cpu())
+                    # In the model's dtype, as verl aggregates the recomputed pass's entropy (see the FSDP tap).
+                    tap.append(output["entropy"].detach().cpu())
                 return output
 
             return forward

@@ -4,7 +4,6 @@ seeded full weights and per-rank shards the tests and the benchmark compare agai
 from __future__ import annotations
 
 import multiprocessing as mp
-import socket
 import traceback
 from datetime import timedelta
 from typing import Any, Callable
@@ -12,15 +11,10 @@ from typing import Any, Callable
 import torch
 import torch.distributed as dist
 
+from ..cluster.probe import free_port
 from .executor import _DTYPES
 from .planner import Plan
 from .shards import extract
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def _entry(rank: int, world: int, port: int, fn, args, queue, timeout_s: float) -> None:
@@ -48,7 +42,7 @@ def run_ranks(world: int, fn: Callable[..., Any], *args: Any, timeout_s: float =
     """
     ctx = mp.get_context("fork")
     queue = ctx.Queue()
-    port = _free_port()
+    port = free_port()
     procs = [ctx.Process(target=_entry, args=(r, world, port, fn, args, queue, timeout_s)) for r in range(world)]
     for p in procs:
         p.start()
