@@ -48,6 +48,8 @@ def cpu_constraints(pins: dict[str, Any] | None = None) -> list[str]:
         f"pyarrow{_spec(get('cpu.pyarrow', pins))}",
         f"transformers{_spec(get('common.transformers', pins))}",
         f"ray{_spec(get('common.ray', pins))}",
+        # The NPU image's Megatron-core, also on CPU: verl's megatron workers import it (the rehearsal).
+        f"megatron-core{_spec(get('ascend.megatron_core', pins))}",
         f"tensorboard{_spec(get('dashboards.tensorboard', pins))}",
         f"math-verify{_spec(get('reward.math_verify', pins))}",
         f"antlr4-python3-runtime{_spec(get('reward.antlr4_python3_runtime', pins))}",

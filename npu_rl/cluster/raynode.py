@@ -19,6 +19,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from . import proctree
 from .probe import Address, Deadline
 
 STARTED_MARKER = "Ray runtime started."
@@ -37,14 +38,22 @@ def ray_executable() -> str:
     return str(beside) if beside.exists() else "ray"
 
 
+def registered_resources(npus: int) -> dict[str, float]:
+    """The custom resources a node started by npu-rl registers (besides the CPUs Ray counts itself).
+
+    NPUs are a custom resource in Ray; registering them explicitly makes the count
+    independent of Ray's device autodetection (which needs CANN's acl). verl asks
+    for ``{"NPU": 1}`` per NPU worker (verl 0.6.1 ``RayResourcePool.get_placement_groups``).
+    """
+    return {"NPU": npus}
+
+
 def _common(spec: NodeSpec) -> list[str]:
     return [
         "--block",
         "--disable-usage-stats",
         f"--node-ip-address={spec.node_ip}",
-        # NPUs are a custom resource in Ray; registering them explicitly makes the
-        # count independent of Ray's device autodetection (which needs CANN's acl).
-        f"--resources={json.dumps({'NPU': spec.npus})}",
+        f"--resources={json.dumps(registered_resources(spec.npus))}",
         "--num-gpus=0",
     ]
 
@@ -114,21 +123,17 @@ class RayNode:
     def poll(self) -> int | None:
         return None if self.proc is None else self.proc.poll()
 
-    def stop(self, grace: float = 30.0) -> int | None:
+    def stop(self, grace: float = 10.0) -> int | None:
+        """SIGTERM ``ray start --block`` (it stops the daemons it started), then end whatever of
+        its tree is left (agents outlive a raylet whose GCS is gone; daemons re-parent)."""
         if self.proc is None:
             return None
-        if self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGTERM)
-            try:
-                self.proc.wait(timeout=grace)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
+        code = proctree.stop(self.proc, grace)
         with contextlib.suppress(ProcessLookupError, PermissionError):
             os.killpg(self.proc.pid, signal.SIGKILL)
         if self._reader is not None:
             self._reader.join(timeout=5)
-        return self.proc.returncode
+        return code
 
 
 def child_env(extra: Mapping[str, str]) -> dict[str, str]:

@@ -25,16 +25,15 @@ from __future__ import annotations
 import contextlib
 import functools
 import os
-import signal
 import subprocess
 import sys
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from enum import IntEnum
 
 from ..errors import UserError
-from . import network
+from . import network, proctree
 from .membership import ClusterTimeout, Expectation, wait_for_cluster
 from .probe import Address, Deadline, backoff, port_open, wait_for_port
 from .raynode import NodeSpec, RayNode, child_env, head_argv, kuberay_argv, worker_argv
@@ -54,24 +53,6 @@ class ClusterError(UserError):
 
 def log(msg: str) -> None:
     print(f"npu-rl ray: {msg}", file=sys.stderr, flush=True)
-
-
-class Terminated(Exception):
-    pass
-
-
-@contextlib.contextmanager
-def sigterm_raises() -> Iterator[None]:
-    """Turn SIGTERM into an exception so that children are stopped on the way out."""
-
-    def handler(signum, frame):  # noqa: ARG001 - signal handler signature
-        raise Terminated()
-
-    previous = signal.signal(signal.SIGTERM, handler)
-    try:
-        yield
-    finally:
-        signal.signal(signal.SIGTERM, previous)
 
 
 @dataclass
@@ -116,25 +97,28 @@ def _env_for(iface: network.Interface) -> dict[str, str]:
     return child_env(extra)
 
 
-def _stop_job(job: subprocess.Popen, grace: float = 60.0) -> int:
-    if job.poll() is None:
-        job.send_signal(signal.SIGTERM)
+def _refuse_busy_port(ip: str, port: int) -> None:
+    """A GCS port already taken fails here at once, not after ``--start-timeout``."""
+    import socket
+
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
         try:
-            job.wait(timeout=grace)
-        except subprocess.TimeoutExpired:
-            job.kill()
-    return job.wait()
+            s.bind((ip, port))
+        except OSError as err:
+            raise ClusterError(f"port {port} on {ip} is in use ({err.strerror}); pass another --port "
+                               "or stop what listens there", Exit.RAY_FAILED) from None
 
 
 def run_head(opts: HeadOptions) -> int:
     iface = _local_interface(opts.head_host, opts.ifname)
+    _refuse_busy_port(iface.ip, opts.port)
     env = _env_for(iface)
     spec = NodeSpec(npus=opts.npus, node_ip=iface.ip, dashboard=opts.dashboard, extra_args=opts.extra_args)
     argv = kuberay_argv(opts.kuberay_cmd, iface.ip) if opts.kuberay_cmd else head_argv(spec, opts.port)
     address = Address(iface.ip, opts.port)
     node = RayNode(argv, env, log)
     job: subprocess.Popen | None = None
-    with sigterm_raises():
+    with proctree.reaped(), proctree.signals_raise():
         try:
             node.start()
             if not node.wait_started(Deadline(opts.start_timeout)):
@@ -155,11 +139,12 @@ def run_head(opts: HeadOptions) -> int:
             code = job.wait()
             log(f"job exited with code {code}; stopping Ray")
             return code
-        except Terminated:
-            log("terminated; stopping the job and Ray")
+        except proctree.Terminated as stop:
+            log(f"{stop}; stopping the job and Ray")
             if job is not None:
-                _stop_job(job)
-            return Exit.TERMINATED
+                # The job (npu-rl train) stops its verl driver in an orderly way; give it time.
+                proctree.stop(job, grace=60.0)
+            return stop.exit_code
         finally:
             node.stop()
 
@@ -218,14 +203,14 @@ def run_worker(opts: WorkerOptions) -> int:
         return RayNode(argv, env, log)
 
     node: RayNode | None = None
-    with sigterm_raises():
+    with proctree.reaped(), proctree.signals_raise():
         try:
             node = _join(opts, make_node, deadline)
             log(f"joined head {opts.head} with {opts.npus} NPU after {deadline.elapsed():.0f}s")
             return _watch_head(node, opts)
-        except Terminated:
-            log("terminated; stopping Ray")
-            return Exit.TERMINATED
+        except proctree.Terminated as stop:
+            log(f"{stop}; stopping Ray")
+            return stop.exit_code
         finally:
             if node is not None:
                 node.stop()

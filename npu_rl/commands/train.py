@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import sys
 
 from ..recipe import load_recipe, parse_set_args
 
@@ -12,6 +13,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--recipe", required=True, help="recipe name (configs/recipes) or YAML path")
     p.add_argument("--set", action="append", metavar="KEY=VALUE", help="override a recipe field (dotted)")
     p.add_argument("--dry-run", action="store_true", help="print the environment and verl command, run nothing")
+    p.add_argument("--rehearse", action="store_true",
+                   help="run the launch through verl on a local Ray up to where devices would be allocated")
     p.add_argument("--prepare", action="store_true",
                    help="first fetch the model, convert the data and weights where missing (as `npu-rl prepare`)")
     p.add_argument("--ray-port", type=int, default=None, help="GCS port of the local Ray head (default: a free one)")
@@ -20,16 +23,32 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 def run(args: argparse.Namespace) -> int:
     recipe = load_recipe(args.recipe, parse_set_args(args.set))
-    from ..launcher.train import dry_run_text, run_training
-
     if args.dry_run:
-        print(dry_run_text(recipe))
+        from ..launcher.spec import build_launch
+
+        print(build_launch(recipe).dry_run_text())
         return 0
     if args.prepare:
         from ..launcher.prepare import prepare
 
         prepare(recipe)
-    result = run_training(recipe, ray_port=args.ray_port)
+    if args.rehearse:
+        from ..launcher.rehearsal import run_rehearsal
+
+        print(run_rehearsal(recipe).text())
+        return 0
+    from ..cluster import proctree
+    from ..launcher.train import run_training
+
+    try:
+        with proctree.reaped(), proctree.signals_raise():
+            result = run_training(recipe, ray_port=args.ray_port)
+    except proctree.Terminated as stop:
+        print(f"npu-rl: {stop}: stopped before training began", file=sys.stderr)
+        return stop.exit_code
+    if result.error:
+        print(f"npu-rl: error: {result.error} (log: {result.log_file})", file=sys.stderr)
+        return result.exit_code
     if result.exit_code != 0:
         print(f"npu-rl: training exited with code {result.exit_code}; checkpoints up to step "
               f"{result.end_step} are kept, re-run to resume (log: {result.log_file})")

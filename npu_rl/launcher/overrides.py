@@ -11,6 +11,11 @@ from . import paths as run_paths
 _BARE = re.compile(r"^[A-Za-z0-9_./\-:+@~]+$")
 
 
+def quoted(text: str) -> str:
+    """A string as a quoted hydra value: it stays a string (``'300'``, not 300) whatever it holds."""
+    return "'" + text.replace("\\", "\\\\").replace("'", "\\'") + "'"
+
+
 def hydra_value(value: Any) -> str:
     """Format a Python value with hydra's override grammar."""
     if isinstance(value, bool):
@@ -26,7 +31,7 @@ def hydra_value(value: Any) -> str:
     text = str(value)
     if _BARE.match(text) and text not in ("True", "False", "null", "true", "false"):
         return text
-    return "'" + text.replace("\\", "\\\\").replace("'", "\\'") + "'"
+    return quoted(text)
 
 
 def reward_function_path(recipe: Recipe) -> str:
@@ -170,12 +175,11 @@ def patches_for(recipe: Recipe) -> list[str]:
     return names
 
 
-def build_env(recipe: Recipe) -> dict[str, str]:
-    from ..patches import env_for
-
+def run_env(recipe: Recipe, start_step: int | None) -> dict[str, str]:
+    """The variables of a run (recipe env, log locations, platform settings) without the patch selection."""
     env = dict(recipe.env)
     env["TENSORBOARD_DIR"] = str(run_paths.tensorboard_dir(recipe))
-    env["VERL_FILE_LOGGER_PATH"] = str(run_paths.metrics_file(recipe))
+    env["VERL_FILE_LOGGER_PATH"] = str(run_paths.metrics_file(recipe, start_step or 0))
     if "swanlab" in recipe.logging.backends:
         env.setdefault("SWANLAB_MODE", "local")
         env.setdefault("SWANLAB_LOG_DIR", str(run_paths.swanlab_dir(recipe)))
@@ -184,22 +188,16 @@ def build_env(recipe: Recipe) -> dict[str, str]:
         env.setdefault("OMP_NUM_THREADS", "1")
         env.setdefault("MKL_NUM_THREADS", "1")
         env.setdefault("TOKENIZERS_PARALLELISM", "false")
+        # `npu-rl ray head|worker` export RAY_EXPERIMENTAL_NOSET_ASCEND_RT_VISIBLE_DEVICES=1 for NPU nodes;
+        # with it set, verl's Worker reads its local rank from Ray's accelerator ids, which CPU workers have
+        # none of (verl 0.6.1 Worker._setup_env_cuda_visible_devices, verl.utils.ray_utils). Empty is unset
+        # for both verl and Ray.
+        env["RAY_EXPERIMENTAL_NOSET_ASCEND_RT_VISIBLE_DEVICES"] = ""
     if recipe.actor.strategy == "megatron":
         from .megatron import megatron_env
 
         env.update(megatron_env(recipe))
-    patches = patches_for(recipe)
-    if patches:
-        env.update(env_for(patches))
     return env
 
 
-def command(recipe: Recipe, python: str = "python") -> list[str]:
-    return [python, "-m", "verl.trainer.main_ppo", *build_overrides(recipe)]
-
-
-def config_name(recipe: Recipe) -> str:
-    return "ppo_megatron_trainer" if recipe.actor.strategy == "megatron" else "ppo_trainer"
-
-
-__all__ = ["build_overrides", "build_env", "command", "config_name", "hydra_value", "patches_for"]
+__all__ = ["build_overrides", "hydra_value", "patches_for", "quoted", "run_env"]

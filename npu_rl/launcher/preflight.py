@@ -27,7 +27,11 @@ def check_data_file(path: Path, prompt_key: str, field: str) -> None:
         raise UserError(f"{field}: {path} lacks column(s) {', '.join(missing)} (convert it with `npu-rl data math`)")
 
 
-def check_train_inputs(recipe: Recipe, ports=()) -> None:
+def check_launch(spec, recipe: Recipe, ports=(), host: bool = True) -> None:
+    """Everything that must hold before Ray starts, checked on the launch that will run.
+
+    ``host=False`` (the rehearsal) leaves out this host's platform checks (NPU driver,
+    CANN, torch_npu, devices, ports), which only the machine that trains can pass."""
     check_model_dir(run_paths.model_dir(recipe))
     for field, files in (("data.train_files", recipe.data.train_files), ("data.val_files", recipe.data.val_files)):
         for f in files:
@@ -35,10 +39,11 @@ def check_train_inputs(recipe: Recipe, ports=()) -> None:
     from .overrides import reward_function_path
 
     reward_function_path(recipe)
-    _platform_checks(recipe, "train", ports)
-    from .verl_config import check_recipe
+    if host:
+        _platform_checks(recipe, "train", ports)
+    from .verl_config import check_argv
 
-    check_recipe(recipe)
+    check_argv(spec.argv)
 
 
 def _platform_checks(recipe: Recipe, job: str, ports=()) -> None:

@@ -1,7 +1,13 @@
-"""Run verl GRPO for a recipe: preflight, Ray, ``verl.trainer.main_ppo``, resume."""
+"""Run verl GRPO for a recipe: preflight, Ray, ``verl.trainer.main_ppo``, resume.
+
+The launch is built once (:func:`npu_rl.launcher.spec.build_launch`); the
+preflight checks that object and this module executes it, adding only what is
+specific to this host: the NPUs it selects and the address of the Ray head.
+"""
 
 from __future__ import annotations
 
+import json
 import os
 import shlex
 import subprocess
@@ -10,11 +16,15 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from ..cluster import proctree
 from ..recipe.schema import Recipe
 from . import paths as run_paths
-from .overrides import build_env, command
-from .preflight import check_train_inputs
+from .preflight import check_launch
 from .ray_local import LocalRayHead
+from .spec import LaunchSpec, build_launch
+
+# verl's console logger starts each step's line with this (verl/utils/tracking.py).
+_STEP_LINE = "step:"
 
 
 @dataclass
@@ -24,46 +34,36 @@ class TrainResult:
     start_step: int | None
     end_step: int | None
     log_file: Path
-
-
-def dry_run_text(recipe: Recipe) -> str:
-    env = build_env(recipe)
-    lines = [f"export {k}={shlex.quote(v)}" for k, v in sorted(env.items())]
-    cmd = command(recipe, python="python3")
-    lines.append(" \\\n    ".join(shlex.quote(c) for c in cmd))
-    return "\n".join(lines)
+    error: str | None = None  # one line when npu-rl, not verl, stopped the run
 
 
 def run_training(recipe: Recipe, *, ray_port: int | None = None) -> TrainResult:
-    check_train_inputs(recipe, ports=[ray_port] if ray_port else ())
-    env = build_env(recipe)
-    log_dir = run_paths.log_root(recipe)
-    log_dir.mkdir(parents=True, exist_ok=True)
+    spec = build_launch(recipe)
+    check_launch(spec, recipe, ports=[ray_port] if ray_port else ())
+    spec.log_dir.mkdir(parents=True, exist_ok=True)
     run_paths.tensorboard_dir(recipe).mkdir(parents=True, exist_ok=True)
-    log_file = log_dir / "train.log"
-    start_step = run_paths.latest_step(recipe)
-    if start_step is not None and recipe.checkpoint.resume == "auto":
-        print(f"npu-rl: resuming {recipe.logging.experiment} from global_step_{start_step}", flush=True)
+    spec.attest_file.unlink(missing_ok=True)
+    log_file = spec.log_dir / "train.log"
+    if spec.start_step is not None and recipe.checkpoint.resume == "auto":
+        print(f"npu-rl: resuming {recipe.logging.experiment} from global_step_{spec.start_step}", flush=True)
 
-    env["VERL_FILE_LOGGER_PATH"] = str(run_paths.metrics_file(recipe, start_step or 0))
-    cmd = command(recipe, python=sys.executable)
     t0 = time.monotonic()
     address = os.environ.get("RAY_ADDRESS")
     if address:
-        # A multi-node cluster brought up by `npu-rl ray head`; just submit.
-        code = _run(cmd, {**env, "RAY_ADDRESS": address}, log_file)
+        # A multi-node cluster brought up by `npu-rl ray head`; the spec's runtime_env reaches its workers.
+        code, error = _run(spec, {"RAY_ADDRESS": address}, log_file)
     else:
         res = recipe.resources
-        npus = 0
+        # CPU workers take worker slots registered under the NPU resource (npu_rl.patches.cpu_platform).
+        npus, device_env = res.devices_per_node, {}
         if res.platform != "cpu":
             npus, device_env = _select_npus(res.devices_per_node)
-            env.update(device_env)
         # Ray's CPU count is logical: verl needs one slot per worker plus its TaskRunner.
         head = LocalRayHead(port=ray_port, num_cpus=max(res.world_size + 2, os.cpu_count() or 1), npus=npus,
-                            env=env)
+                            env={**spec.env, **device_env})
         with head:
-            code = _run(cmd, {**env, "RAY_ADDRESS": head.address}, log_file)
-    return TrainResult(code, time.monotonic() - t0, start_step, run_paths.latest_step(recipe), log_file)
+            code, error = _run(spec, {**device_env, "RAY_ADDRESS": head.address}, log_file)
+    return TrainResult(code, time.monotonic() - t0, spec.start_step, run_paths.latest_step(recipe), log_file, error)
 
 
 def _select_npus(needed: int) -> tuple[int, dict[str, str]]:
@@ -75,19 +75,44 @@ def _select_npus(needed: int) -> tuple[int, dict[str, str]]:
     return len(selected), devices.visible_devices_env(selected, found)
 
 
-def _run(cmd: list[str], env: dict[str, str], log_file: Path) -> int:
-    """Run verl, streaming its output to the console and to ``log_file``."""
-    full_env = {**os.environ, **env}
-    with open(log_file, "a", encoding="utf-8") as log:
-        log.write(f"\n$ {' '.join(shlex.quote(c) for c in cmd)}\n")
-        proc = subprocess.Popen(cmd, env=full_env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                                bufsize=1)
+def attestation_error(spec: LaunchSpec, training_started: bool) -> str | None:
+    """Why the run's patches cannot be trusted, from what its workers reported (None: all active)."""
+    try:
+        verdict = json.loads(spec.attest_file.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        if training_started:
+            return ("training started but no Ray worker reported its patches: the npu_rl patches did not reach "
+                    "verl's TaskRunner (is npu_rl installed on every node?)")
+        return None
+    except ValueError:
+        return f"unreadable worker report {spec.attest_file}"
+    return verdict.get("error")
+
+
+def _run(spec: LaunchSpec, host_env: dict[str, str], log_file: Path) -> tuple[int, str | None]:
+    """Run the spec's argv, streaming its output to the console and ``log_file``; stop it on SIGTERM/SIGINT."""
+    full_env = {**os.environ, **spec.env, **host_env}
+    error = None
+    with open(log_file, "a", encoding="utf-8") as log, proctree.signals_raise():
+        log.write(f"\n$ {shlex.join(spec.argv)}\n")
+        # Its own session: a terminal's Ctrl-C reaches npu-rl alone, which stops verl in order.
+        proc = subprocess.Popen(list(spec.argv), env=full_env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                                text=True, errors="replace", bufsize=1, start_new_session=True)
         assert proc.stdout is not None
         try:
             for line in proc.stdout:
                 sys.stdout.write(line)
                 log.write(line)
-        except KeyboardInterrupt:
-            proc.terminate()
-            raise
-        return proc.wait()
+                if error is None and line.startswith(_STEP_LINE):
+                    error = attestation_error(spec, training_started=True)
+                    if error:
+                        break
+            if error:
+                proctree.stop(proc, grace=30.0)
+                return 1, error
+            code = proc.wait()
+        except proctree.Terminated as stop:
+            print(f"npu-rl: {stop}: stopping verl (the last complete checkpoint is kept)", file=sys.stderr, flush=True)
+            proctree.stop(proc, grace=30.0)
+            return stop.exit_code, None
+    return code, attestation_error(spec, training_started=False) if code else None

@@ -109,9 +109,18 @@ def validate_with_verl(cfg) -> None:
         raise UserError(str(err)) from None
 
 
-def check_recipe(recipe) -> Any:
-    from .overrides import build_overrides, config_name
+def check_argv(argv) -> Any:
+    """Compose exactly the ``python -m verl.trainer.main_ppo`` argv of a launch, as hydra will, and validate it."""
+    from .spec import hydra_args
 
-    cfg = compose_verl_config(build_overrides(recipe), config_name(recipe))
+    name, overrides = hydra_args(argv)
+    cfg = compose_verl_config(overrides, name)
     validate_with_verl(cfg)
     return cfg
+
+
+def check_recipe(recipe) -> Any:
+    """:func:`check_argv` of the recipe's launch."""
+    from .spec import build_launch
+
+    return check_argv(build_launch(recipe).argv)

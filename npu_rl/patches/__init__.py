@@ -14,6 +14,8 @@ PATCHES = {
     "old_log_prob": "npu_rl.patches.old_log_prob",
     "reshard": "npu_rl.patches.reshard",
     "file_logger": "npu_rl.patches.file_logger",
+    "attest": "npu_rl.patches.attest",
+    "rehearse": "npu_rl.patches.rehearse",
 }
 
 BOOT_DIR = Path(__file__).resolve().parent / "boot"
@@ -31,9 +33,18 @@ def install(names: list[str]) -> None:
         _installed.add(name)
 
 
+def selected(environ=os.environ) -> list[str]:
+    """The patch names a process was asked to install (``NPU_RL_PATCHES``)."""
+    return [n.strip() for n in environ.get("NPU_RL_PATCHES", "").split(",") if n.strip()]
+
+
+def installed() -> list[str]:
+    """The patches this process has installed, in the order of PATCHES."""
+    return [n for n in PATCHES if n in _installed]
+
+
 def install_from_env() -> None:
-    names = [n.strip() for n in os.environ.get("NPU_RL_PATCHES", "").split(",") if n.strip()]
-    install(names)
+    install(selected())
 
 
 def env_for(names: list[str]) -> dict[str, str]:

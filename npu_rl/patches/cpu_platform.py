@@ -7,7 +7,10 @@ NPU runs never install this patch. What blocks verl 0.6.1 on CPU:
 * ``torch.cpu`` lacks the RNG / cache / memory calls verl makes through
   ``get_torch_device()``  -> CPU equivalents are added to ``torch.cpu``.
 * the worker process group is ``"cpu:gloo,cpu:<nccl>"`` -> one gloo backend.
-* ``ResourcePoolManager`` asks Ray for GPU bundles and counts GPUs -> CPU bundles.
+* ``RayResourcePool`` asks Ray for a ``cpu`` device resource per worker, which no
+  node has -> each CPU worker takes one slot of ``WORKER_SLOT``, the resource every
+  node started by npu-rl registers for its ``--devices`` (``NPU``). So workers spread
+  over nodes exactly as NPU workers do, and verl's own resource check counts them.
 * FSDP1 is given ``device_id``/``sync_module_states`` meant for accelerators.
 * FSDP2's ``CPUOffloadPolicy(pin_memory=True)`` needs pinned (accelerator) memory.
 * rollout ``hf`` is not registered -> :mod:`npu_rl.patches.cpu_rollout`.
@@ -29,6 +32,7 @@ PATCH_NAME = "cpu"
 FINGERPRINTS = {
     "verl.trainer.ppo.ray_trainer:ResourcePoolManager.create_resource_pool": "27130303dd094e08",
     "verl.trainer.ppo.ray_trainer:ResourcePoolManager._check_resource_available": "dbee1ee8aa428613",
+    "verl.single_controller.ray.base:RayResourcePool.get_placement_groups": "82e7609b32721544",
     "verl.workers.fsdp_workers:ActorRolloutRefWorker.__init__": "3864afde1a867752",
     "verl.workers.fsdp_workers:ActorRolloutRefWorker._build_model_optimizer": "b23c5e67dbbc9012",
     "verl.workers.fsdp_workers:ActorRolloutRefWorker._build_rollout": "fc50256b25fbe303",
@@ -47,7 +51,7 @@ def install() -> None:
     _single_gloo_backend()
     when_imported("verl", lambda m: require_verl(PATCH_NAME))
     when_imported("verl.utils.device", _patch_device)
-    when_imported("verl.trainer.ppo.ray_trainer", _patch_resource_pool)
+    when_imported("verl.single_controller.ray.base", _patch_resource_pool)
     when_imported("verl.workers.fsdp_workers", _patch_fsdp_workers)
     when_imported("verl.utils.profiler.performance", _patch_performance)
     when_imported("verl.workers.rollout.base", _patch_rollout_registry)
@@ -103,28 +107,21 @@ def _patch_device(mod) -> None:
     mod.get_nccl_backend = lambda: "gloo"
 
 
+# What a CPU worker reserves on its node instead of a device: one of the node's worker slots.
+WORKER_SLOT = "NPU"
+
+
 def _patch_resource_pool(mod) -> None:
-    from verl.single_controller.ray import RayResourcePool
+    pool = mod.RayResourcePool
+    original = pool.get_placement_groups
 
-    manager = mod.ResourcePoolManager
+    @functools.wraps(original)
+    def get_placement_groups(self, strategy="STRICT_PACK", name=None, device_name="cuda"):
+        # verl names the bundle's device resource after trainer.device; "cpu" is no Ray resource.
+        return original(self, strategy=strategy, name=name,
+                        device_name=WORKER_SLOT if device_name == "cpu" else device_name)
 
-    def create_resource_pool(self):
-        for name, process_on_nodes in self.resource_pool_spec.items():
-            self.resource_pool_dict[name] = RayResourcePool(
-                process_on_nodes=process_on_nodes, use_gpu=False, max_colocate_count=1, name_prefix=name
-            )
-        self._check_resource_available()
-
-    def _check_resource_available(self):
-        import ray
-
-        available = sum(n.get("CPU", 0) for n in ray._private.state.available_resources_per_node().values())
-        required = sum(n for nodes in self.resource_pool_spec.values() for n in nodes)
-        if available < required:
-            raise ValueError(f"Total available CPUs {available} is less than total desired worker processes {required}")
-
-    manager.create_resource_pool = create_resource_pool
-    manager._check_resource_available = _check_resource_available
+    pool.get_placement_groups = get_placement_groups
 
 
 def _patch_fsdp_workers(mod) -> None:

@@ -1,6 +1,8 @@
 """verl 0.6.1's `file` logger crashes on the first step: ``balance_batch`` logs
 ``global_seqlen/*`` as 0-d tensors, which ``json.dumps`` rejects, on every device.
-This patch turns tensor and numpy scalars into floats before the line is written.
+This patch turns tensor and numpy scalars into floats before the line is written,
+and flushes each line: verl never flushes the file, so a killed run (and a run
+read while it trains) had nothing on disk.
 """
 
 from __future__ import annotations
@@ -37,6 +39,8 @@ def _patch(mod) -> None:
 
     @functools.wraps(original)
     def log(self, data, step):
-        return original(self, {k: to_json_scalar(v) for k, v in data.items()}, step)
+        result = original(self, {k: to_json_scalar(v) for k, v in data.items()}, step)
+        self.fp.flush()
+        return result
 
     mod.FileLogger.log = log

@@ -32,6 +32,7 @@ import yaml
 from jinja2 import Environment
 
 from .. import versions
+from ..cluster.raynode import registered_resources
 from ..errors import UserError
 from ..image.spec import spec as image_spec
 from ..platform.devices import HOST_MOUNTS
@@ -49,15 +50,19 @@ K8S_HOST_MOUNTS = (*HOST_MOUNTS, "/etc/hccn.conf")
 
 @dataclass(frozen=True)
 class Accelerator:
-    resource: str  # extended resource of the Ascend device plugin
-    node_type: str  # value of the node label `accelerator-type`
-    max_devices: int  # NPUs on one node
+    resource: str | None  # extended resource of the Ascend device plugin (None: CPU pods)
+    node_type: str | None  # value of the node label `accelerator-type`
+    max_devices: int  # NPUs on one node (CPU: worker processes)
     image_variant: str
+    host_mounts: tuple[str, ...] = K8S_HOST_MOUNTS
 
 
 ACCELERATORS = {
     "npu-a2": Accelerator("huawei.com/Ascend910", "module-910b-8", 8, "a2"),
     "npu-a3": Accelerator("huawei.com/Ascend910", "module-a3-16", 16, "a3"),
+    # CPU pods (smoke tests of the multi-node path, and the suite's 2-node CPU run): no device
+    # plugin, no node label, no Ascend host files; `--devices` counts worker processes.
+    "cpu": Accelerator(None, None, 64, "cpu", host_mounts=()),
 }
 
 
@@ -99,8 +104,8 @@ def _with_nodes(recipe: Recipe, nodes: int | None) -> Recipe:
 def _accelerator(recipe: Recipe) -> Accelerator:
     acc = ACCELERATORS.get(recipe.resources.platform)
     if acc is None:
-        raise UserError(f"recipe {recipe.name}: Kubernetes manifests are for NPU platforms "
-                        f"({', '.join(ACCELERATORS)}), not {recipe.resources.platform!r}")
+        raise UserError(f"recipe {recipe.name}: Kubernetes manifests are for platforms "
+                        f"{', '.join(ACCELERATORS)}, not {recipe.resources.platform!r}")
     if recipe.resources.devices_per_node > acc.max_devices:
         raise UserError(f"recipe {recipe.name}: resources.devices_per_node {recipe.resources.devices_per_node} "
                         f"exceeds the {acc.max_devices} NPUs of a {recipe.resources.platform} node")
@@ -151,14 +156,14 @@ def context(recipe: Recipe, target: str, opts: K8sOptions) -> dict:
         "image": opts.image or default_image(res.platform),
         "opts": opts,
         "workspace": str(WORKSPACE),
-        "host_mounts": [{"name": f"host-{i}", "path": p} for i, p in enumerate(K8S_HOST_MOUNTS)],
+        "host_mounts": [{"name": f"host-{i}", "path": p} for i, p in enumerate(acc.host_mounts)],
         "env": {**recipe.env},
         "head_args": head_args,
         "worker_args": worker_args,
         "entrypoint": " ".join(wait) + " && " + " ".join(train),
         "ray_version": versions.get("common.ray"),
         # rayStartParams values are pasted into a shell command line, hence the inner quotes.
-        "npu_resources": '"' + json.dumps({"NPU": res.devices_per_node}).replace('"', '\\"') + '"',
+        "npu_resources": '"' + json.dumps(registered_resources(res.devices_per_node)).replace('"', '\\"') + '"',
     }
 
 

@@ -187,9 +187,18 @@ def test_nodes_override_is_revalidated():
         k8s.render_text(load_recipe(QWEN), "volcano", nodes=3)
 
 
-def test_cpu_recipe_is_refused():
-    with pytest.raises(UserError, match="NPU platforms"):
-        k8s.render_text(load_recipe("tiny_math_cpu"), "volcano")
+def test_cpu_recipe_renders_pods_that_ask_for_no_device():
+    # The 2-node CPU training test runs these pods' commands (tests/cluster/test_multinode_train.py).
+    recipe = load_recipe("tiny_math_cpu", {"resources.nnodes": 2, "resources.devices_per_node": 1})
+    docs = [d for d in yaml.safe_load_all(k8s.render_text(recipe, "volcano")) if d]
+    job = next(d for d in docs if d["kind"] == "Job")
+    for task in job["spec"]["tasks"]:
+        pod = task["template"]["spec"]
+        (container,) = pod["containers"]
+        assert "nodeSelector" not in pod and "resources" not in container
+        assert not [m for m in container["volumeMounts"] if m["mountPath"].startswith("/usr/local")]
+        assert container["args"][container["args"].index("--devices") + 1] == "1"
+    assert job["spec"]["minAvailable"] == 2
 
 
 def test_too_many_devices_per_node_is_refused():

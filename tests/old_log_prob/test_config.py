@@ -7,7 +7,8 @@ import yaml
 
 from npu_rl.cli import main
 from npu_rl.errors import UserError
-from npu_rl.launcher.overrides import build_overrides, config_name, patches_for
+from npu_rl.launcher.overrides import build_overrides, patches_for
+from npu_rl.launcher.spec import config_name
 from npu_rl.launcher.verl_config import check_recipe, compose_verl_config, validate_with_verl
 from npu_rl.recipe import load_recipe
 from npu_rl.recipe.loader import resolve_recipe_path

@@ -20,8 +20,16 @@ out = {
     "rng_roundtrip": bool(torch.equal(device.get_torch_device().get_rng_state(), torch.get_rng_state())),
     "hf_rollout": _ROLLOUT_REGISTRY.get(("hf", "sync")),
     "fsdp_patched": fw.FSDP is not torch.distributed.fsdp.FullyShardedDataParallel,
-    "pool_patched": rt.ResourcePoolManager.create_resource_pool.__module__,
 }
+import verl.single_controller.ray.base as base
+asked = []
+class PG:
+    def __init__(self, bundles, **kw): asked.append(bundles)
+    def ready(self): return None
+base.placement_group = PG
+base.ray.get = lambda refs: refs
+base.RayResourcePool(process_on_nodes=[2, 1], use_gpu=True, max_colocate_count=1).get_placement_groups(device_name="cpu")
+out["bundles"] = asked
 import torch.distributed as dist, tempfile
 f = tempfile.mktemp()
 dist.init_process_group(backend="cpu:gloo,cpu:gloo", init_method=f"file://{f}", rank=0, world_size=1)
@@ -45,7 +53,8 @@ def test_cpu_patch_applies_in_child_processes_via_sitecustomize():
     assert out["rng_roundtrip"] is True
     assert out["hf_rollout"] == "npu_rl.patches.cpu_rollout.CPURollout"
     assert out["fsdp_patched"] is True
-    assert out["pool_patched"] == "npu_rl.patches.cpu_platform"
+    # one worker slot per CPU worker, as an NPU worker takes one NPU, STRICT_PACKed per node
+    assert out["bundles"] == [[{"CPU": 1, "NPU": 1}] * 2, [{"CPU": 1, "NPU": 1}]]
     assert out["topk"] == [0.0, 1.5, 1.5]
 
 

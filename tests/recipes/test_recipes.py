@@ -7,7 +7,8 @@ import sys
 
 import pytest
 
-from npu_rl.launcher.overrides import build_env, build_overrides, hydra_value
+from npu_rl.launcher.overrides import build_overrides, hydra_value
+from npu_rl.launcher.spec import build_launch
 from npu_rl.launcher.verl_config import check_recipe
 from npu_rl.paths import recipes_dir
 from npu_rl.recipe import load_recipe
@@ -70,7 +71,7 @@ def test_qwen_4card_matches_the_original_run_script(tmp_path, monkeypatch):
         "trainer.device": "npu",
     }
     assert {k: ov.get(k) for k in expected} == expected
-    env = build_env(load_recipe("qwen2_5_1_5b_math_a2_4card"))
+    env = build_launch(load_recipe("qwen2_5_1_5b_math_a2_4card")).env
     for k, v in {"HCCL_CONNECT_TIMEOUT": "360", "HCCL_EXEC_TIMEOUT": "360", "HCCL_IF_BASE_PORT": "64033",
                  "CUDA_DEVICE_MAX_CONNECTIONS": "1", "VLLM_ATTENTION_BACKEND": "FLASH_ATTN", "HYDRA_FULL_ERROR": "1",
                  "VLLM_USE_V1": "1", "VLLM_ASCEND_ENABLE_NZ": "0"}.items():
@@ -99,7 +100,7 @@ def test_reward_is_wired_as_verl_custom_reward(tmp_path, monkeypatch):
 
 def test_cpu_recipe_installs_the_cpu_patch(tmp_path, monkeypatch):
     monkeypatch.setenv("NPU_RL_WORKSPACE", str(tmp_path))
-    env = build_env(load_recipe("tiny_math_cpu"))
+    env = build_launch(load_recipe("tiny_math_cpu")).env
     assert "cpu" in env["NPU_RL_PATCHES"].split(",")
     assert env["PYTHONPATH"].split(":")[0].endswith("npu_rl/patches/boot")
 

@@ -1,0 +1,92 @@
+"""``npu-rl train --rehearse``: a launch run through verl's real entry point up to the device boundary.
+
+The rehearsal executes the launch's own argv (:func:`npu_rl.launcher.spec.build_launch`
+with ``rehearse=True``, which only adds the ``rehearse`` patch and its report path)
+with ``python -m verl.trainer.main_ppo`` on a local Ray without accelerators.
+:mod:`npu_rl.patches.rehearse` documents where it stops and what it checks; this
+module runs it, hands it the cluster shape to plan against, and turns its report
+into a summary or one error line.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shlex
+import subprocess
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from ..cluster import proctree
+from ..errors import UserError
+from ..recipe.schema import Recipe
+from .preflight import check_launch
+from .ray_local import LocalRayHead
+from .spec import build_launch
+
+# Lines that name why a Python process died (the last one wins).
+_ERROR_LINE = re.compile(r"^\s*(?:\(\w+ pid=\d+\)\s*)?([A-Za-z_.]*(?:Error|Exception)\w*: .+)$")
+
+
+@dataclass
+class Rehearsal:
+    recipe: str
+    complete: bool
+    stopped_at: str
+    checked: list[str] = field(default_factory=list)
+    report: dict = field(default_factory=dict)
+    log_file: Path | None = None
+
+    def text(self) -> str:
+        head = "passed" if self.complete else "FAILED"
+        lines = [f"npu-rl: rehearsal of {self.recipe} {head}; stopped at {self.stopped_at}"]
+        lines += [f"  checked: {c}" for c in self.checked]
+        if self.log_file:
+            lines.append(f"  log: {self.log_file}")
+        return "\n".join(lines)
+
+
+def _last_error(text: str) -> str | None:
+    found = [m.group(1) for line in text.splitlines() if (m := _ERROR_LINE.match(line))]
+    return found[-1] if found else None
+
+
+def run_rehearsal(recipe: Recipe, timeout: float = 300.0) -> Rehearsal:
+    spec = build_launch(recipe, rehearse=True)
+    check_launch(spec, recipe, host=False)
+    assert spec.rehearsal_report is not None
+    spec.log_dir.mkdir(parents=True, exist_ok=True)
+    spec.rehearsal_report.unlink(missing_ok=True)
+    log_file = spec.log_dir / "rehearsal.log"
+    print(f"npu-rl: rehearsing {recipe.name}: {spec.argv[2]} --config-name {spec.config_name} "
+          f"({len(spec.argv) - 5} overrides) on a local Ray without devices; log: {log_file}", flush=True)
+    # A Ray of its own on 127.0.0.1 (never a live cluster, never a routed interface), as `npu-rl train` uses.
+    with LocalRayHead(port=None, num_cpus=2, npus=0, env=spec.env) as head, \
+            open(log_file, "w", encoding="utf-8") as log:
+        env = {**os.environ, **spec.env, "RAY_ADDRESS": head.address}
+        log.write(f"$ {shlex.join(spec.argv)}\n")
+        log.flush()
+        proc = subprocess.Popen(list(spec.argv), env=env, stdout=log, stderr=subprocess.STDOUT,
+                                start_new_session=True)
+        try:
+            proc.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            raise UserError(f"rehearsal of {recipe.name} did not finish within {timeout:.0f}s (log: {log_file})",
+                            exit_code=1) from None
+        finally:
+            proctree.stop(proc, grace=10.0)
+    try:
+        report = json.loads(spec.rehearsal_report.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        why = _last_error(log_file.read_text(encoding="utf-8", errors="replace")) or "no error line"
+        raise UserError(f"rehearsal of {recipe.name} stopped in verl before the trainer was built: {why} "
+                        f"(log: {log_file})", exit_code=1) from None
+    result = Rehearsal(recipe.name, bool(report.get("complete")), report["stopped_at"], report["checked"], report,
+                       log_file)
+    if not result.complete:
+        raise UserError(f"rehearsal of {recipe.name}: {report.get('error')} (log: {log_file})", exit_code=1)
+    return result
+
+
+__all__ = ["Rehearsal", "run_rehearsal"]

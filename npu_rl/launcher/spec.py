@@ -1,0 +1,125 @@
+"""The launch of one run, built once: everything else (dry-run, preflight, rehearsal, run) reads it.
+
+A :class:`LaunchSpec` holds verl's config name, the exact argv of
+``python -m verl.trainer.main_ppo``, the environment of that driver process and
+the environment every Ray worker of the run must have. Nothing downstream
+rebuilds overrides or edits the environment: the preflight composes
+``spec.argv`` itself with verl's hydra config (:func:`hydra_args`), and the run
+executes it.
+
+Why the worker environment is inside the argv: on a cluster brought up with
+``npu-rl ray head|worker`` (Volcano, KubeRay, bare metal) the raylets start
+before the driver exists, so the driver's environment never reaches the
+workers they spawn. verl's ``run_ppo`` passes ``ray_kwargs.ray_init`` to
+``ray.init`` and merges ``ray_kwargs.ray_init.runtime_env`` into its default
+runtime env (verl 0.6.1 ``verl/trainer/main_ppo.py`` ``run_ppo``); Ray applies a
+job's ``runtime_env.env_vars`` to every worker process of the job on every node,
+and merges them into each actor's own ``runtime_env`` (verl's worker groups set
+``RANK``/``WORLD_SIZE`` there). So ``+ray_kwargs.ray_init.runtime_env.env_vars.K=V``
+overrides carry the patch selection (``NPU_RL_PATCHES``, the boot ``PYTHONPATH``)
+and the recipe's variables to every worker, whatever started its raylet.
+"""
+
+from __future__ import annotations
+
+import json
+import shlex
+import sys
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from ..recipe.schema import Recipe
+from . import paths as run_paths
+from .overrides import build_overrides, patches_for, quoted, run_env
+
+ENTRY_MODULE = "verl.trainer.main_ppo"
+RUNTIME_ENV_PREFIX = "+ray_kwargs.ray_init.runtime_env.env_vars."
+
+
+def config_name(recipe: Recipe) -> str:
+    """verl's hydra config for the recipe's actor strategy (verl/trainer/config/<name>.yaml)."""
+    return "ppo_megatron_trainer" if recipe.actor.strategy == "megatron" else "ppo_trainer"
+
+
+@dataclass(frozen=True)
+class LaunchSpec:
+    recipe: str
+    config_name: str
+    argv: tuple[str, ...]
+    # The driver's environment (on top of the caller's os.environ) and, through the
+    # runtime_env overrides in argv, every Ray worker's.
+    env: Mapping[str, str]
+    patches: tuple[str, ...]
+    start_step: int | None
+    log_dir: Path
+    attest_file: Path
+    rehearsal_report: Path | None = None
+
+    @property
+    def runtime_env(self) -> dict:
+        return {"env_vars": dict(self.env)}
+
+    def dry_run_text(self) -> str:
+        lines = [f"# npu-rl launch of {self.recipe}: verl config {self.config_name}, patches "
+                 f"{','.join(self.patches) or 'none'}; every Ray worker gets the runtime_env env_vars in argv"]
+        lines += [f"export {k}={shlex.quote(v)}" for k, v in sorted(self.env.items())]
+        lines.append(" \\\n    ".join(shlex.quote(c) for c in self.argv))
+        return "\n".join(lines)
+
+
+def hydra_args(argv: Sequence[str]) -> tuple[str, list[str]]:
+    """(config name, overrides) of a ``python -m verl.trainer.main_ppo`` argv, read as hydra reads it."""
+    argv = list(argv)
+    try:
+        rest = argv[argv.index(ENTRY_MODULE) + 1:]
+    except ValueError:
+        raise ValueError(f"not a {ENTRY_MODULE} command: {shlex.join(argv)}") from None
+    name, overrides, i = "ppo_trainer", [], 0  # main_ppo's @hydra.main default
+    while i < len(rest):
+        arg = rest[i]
+        if arg in ("--config-name", "-cn"):
+            name, i = rest[i + 1], i + 2
+            continue
+        if arg.startswith("--config-name="):
+            name = arg.split("=", 1)[1]
+        else:
+            overrides.append(arg)
+        i += 1
+    return name, overrides
+
+
+def cluster_nodes(recipe: Recipe) -> list[dict[str, float]]:
+    """The custom resources of each node of the recipe's cluster, as `npu-rl ray head|worker` register them
+    (on CPU the ``--devices`` count registers worker slots, see npu_rl.patches.cpu_platform)."""
+    from ..cluster.raynode import registered_resources
+
+    res = recipe.resources
+    return [registered_resources(res.devices_per_node) for _ in range(res.nnodes)]
+
+
+def build_launch(recipe: Recipe, *, python: str | None = None, rehearse: bool = False) -> LaunchSpec:
+    """The one launch of ``recipe``; ``rehearse`` stops verl where devices would be allocated."""
+    from ..patches import env_for
+    from ..patches.attest import ATTEST_ENV
+    from ..patches.rehearse import NODES_ENV, REPORT_ENV
+
+    start_step = run_paths.latest_step(recipe)
+    log_dir = run_paths.log_root(recipe)
+    attest_file = log_dir / "workers.json"
+    patches = [*patches_for(recipe), "attest"]
+    env = run_env(recipe, start_step)
+    env[ATTEST_ENV] = str(attest_file)
+    report = None
+    if rehearse:
+        report = log_dir / "rehearsal.json"
+        patches.append("rehearse")  # last: its hooks run after the others'
+        env[REPORT_ENV] = str(report)
+        env[NODES_ENV] = json.dumps(cluster_nodes(recipe))
+    env.update(env_for(patches))
+    name = config_name(recipe)
+    runtime = [f"{RUNTIME_ENV_PREFIX}{k}={quoted(v)}" for k, v in sorted(env.items())]
+    argv = (python or sys.executable, "-m", ENTRY_MODULE, "--config-name", name, *build_overrides(recipe), *runtime)
+    return LaunchSpec(recipe=recipe.name, config_name=name, argv=argv, env=dict(env),
+                      patches=tuple(patches), start_step=start_step, log_dir=log_dir, attest_file=attest_file,
+                      rehearsal_report=report)

@@ -1,0 +1,103 @@
+"""Every Ray worker of a run says which npu_rl patches it installed, before training starts.
+
+A patch that silently fails to reach a worker (a raylet started without the run's
+environment, a worker image without npu_rl) leaves verl's stock code running
+there, and nothing in the metrics says so. Right after ``RayPPOTrainer.init_workers``
+has created the worker groups, the trainer's process (verl's TaskRunner) asks every
+worker actor for :func:`npu_rl.patches.installed` through Ray's ``__ray_call__``,
+writes the answers to ``NPU_RL_ATTEST_FILE`` (JSON) and stops the run, before
+``fit``, when a worker lacks a patch that ``NPU_RL_PATCHES`` selected. The launcher
+prints that file's verdict as one ``npu-rl: error:`` line.
+
+Importing this module does not import verl, torch or ray.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import os
+from pathlib import Path
+from typing import Any
+
+from .guard import require_unchanged
+from .hooks import when_imported
+
+PATCH_NAME = "attest"
+ATTEST_ENV = "NPU_RL_ATTEST_FILE"
+RAY_TRAINER = "verl.trainer.ppo.ray_trainer"
+# The worker groups init_workers leaves on the trainer (verl 0.6.1); several may share actors.
+WORKER_GROUPS = ("actor_rollout_wg", "ref_policy_wg", "critic_wg", "rm_wg")
+FINGERPRINTS = {f"{RAY_TRAINER}:RayPPOTrainer.init_workers": "cdf7fb40ec91ce88"}
+
+
+class PatchNotActive(RuntimeError):
+    """A Ray worker of the run lacks a patch the recipe selected."""
+
+
+def install() -> None:
+    when_imported(RAY_TRAINER, patch_ray_trainer)
+
+
+def patch_ray_trainer(module: Any) -> None:
+    require_unchanged(PATCH_NAME, FINGERPRINTS, {RAY_TRAINER: Path(module.__file__)})
+    cls = module.RayPPOTrainer
+    original = cls.init_workers
+
+    @functools.wraps(original)
+    def init_workers(self):
+        original(self)
+        verdict = attest(self)
+        target = os.environ.get(ATTEST_ENV)
+        if target:
+            Path(target).parent.mkdir(parents=True, exist_ok=True)
+            Path(target).write_text(json.dumps(verdict, indent=1), encoding="utf-8")
+        if verdict["error"]:
+            raise PatchNotActive(verdict["error"])
+
+    cls.init_workers = init_workers
+
+
+def report(_actor: object = None) -> dict:
+    """What this process installed; runs inside each worker actor (``__ray_call__`` passes the actor)."""
+    import socket
+
+    from . import installed
+
+    node_ip = node_id = None
+    try:
+        import ray
+
+        # The address the raylet was started with (--node-ip-address), which names the node in Ray.
+        node_ip = ray._private.worker.global_worker.node_ip_address
+        node_id = ray.get_runtime_context().get_node_id()
+    except Exception:  # not inside a connected Ray process
+        pass
+    return {"pid": os.getpid(), "host": socket.gethostname(), "node_ip": node_ip, "node_id": node_id,
+            "patches": installed(), "selected": os.environ.get("NPU_RL_PATCHES", "")}
+
+
+def attest(trainer: Any) -> dict:
+    """Ask every distinct worker actor of ``trainer`` for its patches; name what is missing."""
+    import ray
+
+    from . import selected
+
+    want = [n for n in selected() if n != "rehearse"]
+    handles: dict[str, Any] = {}
+    for attr in WORKER_GROUPS:
+        group = getattr(trainer, attr, None)
+        for handle in getattr(group, "workers", None) or []:
+            handles.setdefault(handle._actor_id.hex(), handle)
+    workers = ray.get([h.__ray_call__.remote(report) for h in handles.values()])
+    lacking = [w for w in workers if set(want) - set(w["patches"])]
+    error = None
+    if not workers:
+        error = "no Ray worker of the run could be asked for its patches"
+    elif lacking:
+        w = lacking[0]
+        missing = ", ".join(sorted(set(want) - set(w["patches"])))
+        error = (f"patch(es) {missing} not active in {len(lacking)} of {len(workers)} Ray workers "
+                 f"(e.g. pid {w['pid']} on {w['node_ip'] or w['host']}); the run was stopped before training")
+    return {"expected": want, "trainer": report(), "workers": workers,
+            "nodes": sorted({w["node_id"] or w["host"] for w in workers}), "error": error}

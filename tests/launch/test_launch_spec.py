@@ -1,0 +1,69 @@
+"""One launch per run: the argv `--dry-run` prints is the one the preflight composes and the run executes."""
+
+from __future__ import annotations
+
+import shlex
+import subprocess
+import sys
+
+import pytest
+
+from npu_rl.errors import UserError
+from npu_rl.launcher.spec import RUNTIME_ENV_PREFIX, build_launch, hydra_args
+from npu_rl.launcher.verl_config import check_argv, compose_verl_config
+from npu_rl.paths import recipes_dir
+from npu_rl.recipe import load_recipe
+
+RECIPES = sorted(p.stem for p in recipes_dir().glob("*.yaml"))
+
+
+def _dry_run_argv(name: str, env: dict) -> list[str]:
+    out = subprocess.run([sys.executable, "-m", "npu_rl", "train", "--recipe", name, "--dry-run"], env=env,
+                         capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    command = [line for line in out.stdout.replace("\\\n", " ").splitlines() if line and not line.startswith(
+        ("export ", "#"))]
+    assert len(command) == 1, out.stdout
+    return shlex.split(command[0])
+
+
+@pytest.mark.parametrize("name", RECIPES)
+def test_the_printed_argv_is_the_launch_and_composes_with_verl(name, tmp_path, monkeypatch):
+    import os
+
+    monkeypatch.setenv("NPU_RL_WORKSPACE", str(tmp_path))
+    argv = _dry_run_argv(name, {**os.environ})
+    spec = build_launch(load_recipe(name))
+    assert argv == list(spec.argv)
+    cfg = check_argv(argv)  # exactly what `npu-rl train` composes before Ray starts
+    # Every Ray worker gets the run's variables through the runtime_env that verl's run_ppo passes to ray.init.
+    assert dict(cfg.ray_kwargs.ray_init.runtime_env.env_vars) == dict(spec.env)
+    assert set(spec.env["NPU_RL_PATCHES"].split(",")) == set(spec.patches)
+
+
+def test_the_megatron_recipe_names_its_config_and_needs_it(tmp_path, monkeypatch):
+    monkeypatch.setenv("NPU_RL_WORKSPACE", str(tmp_path))
+    spec = build_launch(load_recipe("deepseek_r1_671b_a3"))
+    assert spec.argv[3:5] == ("--config-name", "ppo_megatron_trainer")
+    name, overrides = hydra_args(spec.argv)
+    assert name == "ppo_megatron_trainer"
+    # Without it hydra would compose the megatron keys against ppo_trainer.yaml, as it did before.
+    with pytest.raises(UserError, match="ppo_trainer.yaml rejects.*megatron"):
+        compose_verl_config(overrides, "ppo_trainer")
+
+
+def test_env_values_stay_strings_in_the_runtime_env(tmp_path, monkeypatch):
+    monkeypatch.setenv("NPU_RL_WORKSPACE", str(tmp_path))
+    spec = build_launch(load_recipe("deepseek_r1_671b_a3"))
+    assert f"{RUNTIME_ENV_PREFIX}HCCL_BUFFSIZE='300'" in spec.argv  # Ray refuses non-string env_vars
+    cfg = check_argv(spec.argv)
+    assert all(isinstance(v, str) for v in cfg.ray_kwargs.ray_init.runtime_env.env_vars.values())
+
+
+@pytest.mark.parametrize("argv,expected", [
+    (["py", "-m", "verl.trainer.main_ppo", "a=1"], ("ppo_trainer", ["a=1"])),
+    (["py", "-m", "verl.trainer.main_ppo", "--config-name", "x", "a=1"], ("x", ["a=1"])),
+    (["py", "-m", "verl.trainer.main_ppo", "--config-name=x", "a=1", "+b=2"], ("x", ["a=1", "+b=2"])),
+])
+def test_hydra_args_reads_the_argv_as_hydra_does(argv, expected):
+    assert hydra_args(argv) == (expected[0], expected[1])

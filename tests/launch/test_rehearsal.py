@@ -1,0 +1,122 @@
+"""Every shipped recipe rehearsed through verl's real main_ppo, with its exact argv, up to the device boundary.
+
+The stand-ins are small (a tiny Qwen2 and a tiny DeepSeek-V3-architecture config with the real
+layer and expert counts, the bundled sample data); parallel sizes, world size and every other
+setting are the recipe's own.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+import yaml
+
+from npu_rl.cli import main
+from npu_rl.launcher.spec import build_launch
+from npu_rl.paths import recipes_dir
+from npu_rl.recipe import load_recipe
+
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(600)]
+
+RECIPES = sorted(p.stem for p in recipes_dir().glob("*.yaml"))
+MODEL = {"deepseek_r1_671b_a3": "models/tiny-dsv3"}
+
+
+def _deepseek_standin(qwen: Path, out: Path) -> None:
+    """DeepSeek-V3's architecture at toy width: 61 layers, 256 routed experts, 3 dense layers, MLA."""
+    import torch
+    from safetensors.torch import save_file
+    from transformers import DeepseekV3Config
+
+    out.mkdir(parents=True)
+    for f in qwen.iterdir():
+        if f.name.startswith(("tokenizer", "special_tokens")):
+            shutil.copy(f, out / f.name)
+    cfg = DeepseekV3Config(vocab_size=512, hidden_size=64, intermediate_size=128, moe_intermediate_size=32,
+                           num_hidden_layers=61, num_attention_heads=4, num_key_value_heads=4, n_routed_experts=256,
+                           num_experts_per_tok=8, n_group=8, topk_group=4, q_lora_rank=32, kv_lora_rank=16,
+                           qk_rope_head_dim=8, qk_nope_head_dim=8, v_head_dim=8, first_k_dense_replace=3,
+                           architectures=["DeepseekV3ForCausalLM"])
+    cfg.save_pretrained(out)
+    # The rehearsal loads no weights, but the preflight wants a checkpoint file in the model dir.
+    save_file({"model.embed_tokens.weight": torch.zeros(cfg.vocab_size, cfg.hidden_size)}, out / "model.safetensors")
+
+
+@pytest.fixture(scope="module")
+def workspace(tmp_path_factory):
+    ws = tmp_path_factory.mktemp("rehearse")
+    old = os.environ.get("NPU_RL_WORKSPACE")
+    os.environ["NPU_RL_WORKSPACE"] = str(ws)
+    try:
+        assert main(["model", "tiny", "--out", str(ws / "models/tiny-qwen2"), "--warm-start-steps", "1"]) == 0
+        assert main(["data", "math", "--from", "sample", "--out", str(ws / "data/sample")]) == 0
+    finally:
+        os.environ.pop("NPU_RL_WORKSPACE") if old is None else os.environ.__setitem__("NPU_RL_WORKSPACE", old)
+    train = pq.read_table(ws / "data/sample/train.parquet")
+    pq.write_table(pa.concat_tables([train, train]), ws / "data/sample/train-512.parquet")  # DeepSeek's batch
+    _deepseek_standin(ws / "models/tiny-qwen2", ws / "models/tiny-dsv3")
+    return ws
+
+
+def _standin_sets(name: str) -> list[str]:
+    return ["--set", f"model.path={MODEL.get(name, 'models/tiny-qwen2')}",
+            "--set", "data.train_files=[data/sample/train-512.parquet]",
+            "--set", "data.val_files=[data/sample/test.parquet]"]
+
+
+def _rehearse(ws: Path, recipe: str, sets: list[str]) -> subprocess.CompletedProcess:
+    env = {**os.environ, "NPU_RL_WORKSPACE": str(ws)}
+    env.pop("RAY_ADDRESS", None)
+    return subprocess.run([sys.executable, "-m", "npu_rl", "train", "--recipe", recipe, "--rehearse", *sets],
+                          env=env, capture_output=True, text=True, timeout=400)
+
+
+@pytest.mark.parametrize("name", RECIPES)
+def test_recipe_rehearses_through_verl_to_the_device_boundary(name, workspace):
+    out = _rehearse(workspace, name, _standin_sets(name))
+    assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
+    assert f"rehearsal of {name} passed" in out.stdout
+
+    os.environ["NPU_RL_WORKSPACE"] = str(workspace)
+    try:
+        sets = dict(s.split("=", 1) for s in _standin_sets(name)[1::2])
+        recipe = load_recipe(name, {k: yaml.safe_load(v) for k, v in sets.items()})
+        spec = build_launch(recipe, rehearse=True)
+    finally:
+        os.environ.pop("NPU_RL_WORKSPACE")
+    report = json.loads(spec.rehearsal_report.read_text())
+    assert report["complete"] and report["stopped_at"].startswith("ResourcePoolManager.create_resource_pool")
+    # The exact argv ran: the log's first line is the spec's command.
+    log = (spec.log_dir / "rehearsal.log").read_text()
+    assert log.splitlines()[0] == "$ " + __import__("shlex").join(spec.argv)
+    # The patches reached verl's TaskRunner, a Ray actor, through the launch's runtime_env.
+    assert set(spec.patches) <= set(report["patches_in_trainer_process"])
+    # verl's placement groups: one bundle per device of the recipe's world, one group per node, all fit.
+    res = recipe.resources
+    groups = report["plan"]["requested"]
+    assert [len(g["bundles"]) for g in groups] == [res.devices_per_node] * res.nnodes
+    assert all(b == {"CPU": 1, "NPU": 1} for g in groups for b in g["bundles"])
+    assert sorted(report["plan"]["placed"]) == list(range(res.nnodes))
+    actor = "McoreActorConfig" if recipe.actor.strategy == "megatron" else "FSDPActorConfig"
+    assert f"worker config {actor} built" in report["checked"]
+    assert any(c.startswith("datasets: ") for c in report["checked"])
+
+
+def test_a_placement_no_node_offers_stops_the_rehearsal(workspace, tmp_path):
+    # trainer.device=cuda makes verl ask for GPU bundles, which npu-rl's nodes never register.
+    data = yaml.safe_load((recipes_dir() / "qwen2_5_1_5b_math_a2_1card.yaml").read_text())
+    data["verl_overrides"] = {"trainer.device": "cuda"}
+    path = tmp_path / "cuda.yaml"
+    path.write_text(yaml.safe_dump(data))
+    out = _rehearse(workspace, str(path), _standin_sets("qwen"))
+    assert out.returncode == 1, out.stdout[-2000:]
+    error = out.stderr.strip().splitlines()[-1]
+    assert error.startswith("npu-rl: error: rehearsal of") and "fits on no node" in error and "GPU" in error
