@@ -28,7 +28,8 @@ def resolve_trained_model(recipe: Recipe, step: int | None) -> tuple[Path, int]:
         if step is None:
             raise UserError(f"no checkpoints under {checkpoint_root(recipe)} (train first, or pass --model PATH)")
     path = merged_model_dir(recipe, step)
-    if not (path / "config.json").is_file():
+    # verl saves config and tokenizer into actor/huggingface with every checkpoint; weights come from the merge.
+    if not any(path.glob("*.safetensors")) and not any(path.glob("*.bin")):
         if path.parent.is_dir():
             raise UserError(f"step {step} is not merged yet: run `npu-rl merge --recipe {recipe.name} --step {step}`")
         raise UserError(f"no checkpoint for step {step} under {checkpoint_root(recipe)}")

@@ -16,12 +16,17 @@ def merge(recipe: Recipe, step: int | None = None) -> Path:
 
     preflight(recipe, for_job="merge")
     steps = run_paths.saved_steps(recipe)
+    for skipped, problem in run_paths.damaged_steps(recipe):
+        if step is None:
+            print(f"npu-rl: skipping damaged global_step_{skipped}: {problem}", flush=True)
+    if step is not None and step not in steps:
+        problem = dict(run_paths.checkpoints(recipe)).get(step)
+        why = f"global_step_{step} is incomplete ({problem})" if problem else "no checkpoint"
+        raise UserError(f"--step {step}: {why}; complete steps: {', '.join(map(str, steps)) or 'none'}")
     if not steps:
-        raise UserError(f"no checkpoints under {run_paths.checkpoint_root(recipe)} (train first)")
+        raise UserError(f"no complete checkpoint under {run_paths.checkpoint_root(recipe)} (train first)")
     if step is None:
         step = steps[-1]
-    elif step not in steps:
-        raise UserError(f"--step {step}: no checkpoint (saved steps: {', '.join(map(str, steps))})")
     actor = run_paths.step_dir(recipe, step) / "actor"
     target = run_paths.merged_model_dir(recipe, step)
     backend = "megatron" if recipe.actor.strategy == "megatron" else "fsdp"

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+from pathlib import Path
 from typing import Any
 
 from ..recipe.schema import Recipe
@@ -49,7 +50,9 @@ def reward_function_path(recipe: Recipe) -> str:
     return spec.origin
 
 
-def build_overrides(recipe: Recipe) -> list[str]:
+def build_overrides(recipe: Recipe, resume_from: Path | None = None, restart: bool = False) -> list[str]:
+    """verl hydra overrides of ``recipe``; ``resume_from`` names the checkpoint to resume (instead of
+    verl's latest-marker choice), ``restart`` starts afresh although checkpoint directories exist."""
     a, m, d, act, ro, res = recipe.algorithm, recipe.model, recipe.data, recipe.actor, recipe.rollout, recipe.resources
     ckpt, log = recipe.checkpoint, recipe.logging
     ws = run_paths.resolve
@@ -101,7 +104,7 @@ def build_overrides(recipe: Recipe) -> list[str]:
         ("trainer.device", res.device),
         ("trainer.save_freq", ckpt.save_freq),
         ("trainer.test_freq", ckpt.test_freq),
-        ("trainer.resume_mode", ckpt.resume),
+        ("trainer.resume_mode", "disable" if restart else "resume_path" if resume_from else ckpt.resume),
         ("trainer.val_before_train", ckpt.val_before_train),
         ("trainer.default_local_dir", str(run_paths.checkpoint_root(recipe))),
         ("trainer.max_actor_ckpt_to_keep", ckpt.max_to_keep),
@@ -109,6 +112,8 @@ def build_overrides(recipe: Recipe) -> list[str]:
         ("custom_reward_function.name", recipe.reward.name),
         ("reward_model.reward_manager", recipe.reward.manager),
     ]
+    if resume_from is not None and not restart:
+        kv.append(("trainer.resume_from_path", str(resume_from)))
     if a.total_training_steps is not None:
         kv.append(("trainer.total_training_steps", a.total_training_steps))
     if d.val_batch_size is not None:

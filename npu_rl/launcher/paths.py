@@ -49,24 +49,85 @@ def metrics_file(recipe: Recipe, start_step: int = 0) -> Path:
     return log_root(recipe) / f"metrics-from-step-{start_step}.jsonl"
 
 
-def saved_steps(recipe: Recipe) -> list[int]:
+# verl 0.6.1 FSDPCheckpointManager.save_checkpoint writes one file of each kind per rank
+# (``<kind>_world_size_<W>_rank_<r>.pt``); RayPPOTrainer._save_checkpoint then writes the
+# dataloader state (``data.pt``) and, last, ``latest_checkpointed_iteration.txt``.
+SHARD_KINDS = ("model", "optim", "extra_state")
+MARKER = "latest_checkpointed_iteration.txt"
+_STEP = re.compile(r"global_step_(\d+)")
+
+
+def _marker(recipe: Recipe) -> int | None:
+    marker = checkpoint_root(recipe) / MARKER
+    text = marker.read_text().strip() if marker.is_file() else ""
+    return int(text) if text.isdigit() else None
+
+
+def checkpoint_problem(recipe: Recipe, step: int) -> str | None:
+    """Why ``global_step_<step>`` cannot be resumed from or merged (None: it is complete)."""
+    d = step_dir(recipe, step)
+    actor = d / "actor"
+    if not actor.is_dir():
+        return "no actor/ directory"
+    if recipe.actor.strategy == "megatron":
+        if not any(p.name != "huggingface" for p in actor.iterdir()):
+            return "actor/ holds no checkpoint"
+    else:
+        world = recipe.resources.world_size
+        missing = [f"{kind}_world_size_{world}_rank_{r}.pt" for kind in SHARD_KINDS for r in range(world)
+                   if not (actor / f"{kind}_world_size_{world}_rank_{r}.pt").is_file()
+                   or (actor / f"{kind}_world_size_{world}_rank_{r}.pt").stat().st_size == 0]
+        if missing:
+            return f"{len(missing)} shard(s) missing or empty, e.g. actor/{missing[0]}"
+    if not (d / "data.pt").is_file():
+        return "no data.pt (the save did not finish)"
+    marker = _marker(recipe)
+    if marker is not None and step > marker:
+        return f"newer than {MARKER} ({marker}): the save did not finish"
+    return None
+
+
+def checkpoints(recipe: Recipe) -> list[tuple[int, str | None]]:
+    """Every ``global_step_N`` directory of the run, oldest first, with its problem (None: complete)."""
     root = checkpoint_root(recipe)
     if not root.is_dir():
         return []
-    steps = []
-    for d in root.iterdir():
-        m = re.fullmatch(r"global_step_(\d+)", d.name)
-        if m and (d / "actor").is_dir():
-            steps.append(int(m.group(1)))
-    return sorted(steps)
+    steps = sorted(int(m.group(1)) for d in root.iterdir() if (m := _STEP.fullmatch(d.name)) and d.is_dir())
+    return [(s, checkpoint_problem(recipe, s)) for s in steps]
+
+
+def saved_steps(recipe: Recipe) -> list[int]:
+    """The complete checkpoints, oldest first."""
+    return [s for s, problem in checkpoints(recipe) if problem is None]
 
 
 def latest_step(recipe: Recipe) -> int | None:
-    """The step verl resumes from (its latest_checkpointed_iteration.txt), else the newest dir."""
-    marker = checkpoint_root(recipe) / "latest_checkpointed_iteration.txt"
-    if marker.is_file():
-        text = marker.read_text().strip()
-        if text.isdigit():
-            return int(text)
+    """The newest complete checkpoint: what a resume, a merge and an eval use."""
     steps = saved_steps(recipe)
     return steps[-1] if steps else None
+
+
+def damaged_steps(recipe: Recipe) -> list[tuple[int, str]]:
+    """Checkpoints newer than the newest complete one, which verl's own resume would pick or trip on."""
+    latest = latest_step(recipe) or 0
+    return [(s, p) for s, p in checkpoints(recipe) if p is not None and s > latest]
+
+
+def rotate_checkpoints(recipe: Recipe) -> list[int]:
+    """Keep the newest ``checkpoint.max_to_keep`` complete checkpoints; returns the steps removed.
+
+    verl rotates only what one process saved, so every resume left the previous segment's
+    checkpoints (and data.pt husks of rotated ones) behind. Older directories beyond the limit
+    and incomplete ones older than the newest complete checkpoint go; newer ones are left to verl.
+    """
+    import shutil
+
+    keep = recipe.checkpoint.max_to_keep
+    complete = saved_steps(recipe)
+    if keep is None or not complete:
+        return []
+    kept = set(complete[-keep:])
+    removed = [s for s, _ in checkpoints(recipe) if s not in kept and s < complete[-1]]
+    for s in removed:
+        shutil.rmtree(step_dir(recipe, s), ignore_errors=True)
+    return removed

@@ -55,6 +55,7 @@ class LaunchSpec:
     log_dir: Path
     attest_file: Path
     rehearsal_report: Path | None = None
+    notes: tuple[str, ...] = ()  # what the launch decided that a user should read (a damaged checkpoint)
 
     @property
     def runtime_env(self) -> dict:
@@ -104,7 +105,7 @@ def build_launch(recipe: Recipe, *, python: str | None = None, rehearse: bool = 
     from ..patches.attest import ATTEST_ENV
     from ..patches.rehearse import NODES_ENV, REPORT_ENV
 
-    start_step = run_paths.latest_step(recipe)
+    start_step, resume_from, restart, notes = _resume_point(recipe)
     log_dir = run_paths.log_root(recipe)
     attest_file = log_dir / "workers.json"
     patches = [*patches_for(recipe), "attest"]
@@ -119,7 +120,21 @@ def build_launch(recipe: Recipe, *, python: str | None = None, rehearse: bool = 
     env.update(env_for(patches))
     name = config_name(recipe)
     runtime = [f"{RUNTIME_ENV_PREFIX}{k}={quoted(v)}" for k, v in sorted(env.items())]
-    argv = (python or sys.executable, "-m", ENTRY_MODULE, "--config-name", name, *build_overrides(recipe), *runtime)
+    argv = (python or sys.executable, "-m", ENTRY_MODULE, "--config-name", name, *build_overrides(recipe, resume_from, restart), *runtime)
     return LaunchSpec(recipe=recipe.name, config_name=name, argv=argv, env=dict(env),
                       patches=tuple(patches), start_step=start_step, log_dir=log_dir, attest_file=attest_file,
-                      rehearsal_report=report)
+                      rehearsal_report=report, notes=tuple(notes))
+
+
+def _resume_point(recipe: Recipe) -> tuple[int | None, Path | None, bool, list[str]]:
+    """(start step, checkpoint to resume, start afresh, notes): the newest complete checkpoint, named
+    explicitly, because verl's own choice (latest_checkpointed_iteration.txt) may be a damaged one."""
+    if recipe.checkpoint.resume != "auto":
+        return None, None, False, []
+    start = run_paths.latest_step(recipe)
+    notes = [f"skipping damaged global_step_{s}: {problem}" for s, problem in run_paths.damaged_steps(recipe)]
+    if start is not None:
+        return start, run_paths.step_dir(recipe, start), False, notes
+    if notes:
+        notes.append("no complete checkpoint: training starts from step 0")
+    return None, None, bool(notes), notes

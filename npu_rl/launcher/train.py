@@ -39,6 +39,14 @@ class TrainResult:
 
 def run_training(recipe: Recipe, *, ray_port: int | None = None) -> TrainResult:
     spec = build_launch(recipe)
+    for note in spec.notes:
+        print(f"npu-rl: {note}", flush=True)
+    total = recipe.algorithm.total_training_steps
+    if total is not None and spec.start_step is not None and spec.start_step >= total:
+        print(f"npu-rl: {recipe.logging.experiment} already finished: global_step_{spec.start_step} reached "
+              f"total_training_steps {total}; nothing to train (raise algorithm.total_training_steps to go on)",
+              flush=True)
+        return TrainResult(0, 0.0, spec.start_step, spec.start_step, spec.log_dir / "train.log")
     check_launch(spec, recipe, ports=[ray_port] if ray_port else ())
     spec.log_dir.mkdir(parents=True, exist_ok=True)
     run_paths.tensorboard_dir(recipe).mkdir(parents=True, exist_ok=True)
@@ -63,6 +71,7 @@ def run_training(recipe: Recipe, *, ray_port: int | None = None) -> TrainResult:
                             env={**spec.env, **device_env})
         with head:
             code, error = _run(spec, {**device_env, "RAY_ADDRESS": head.address}, log_file)
+    run_paths.rotate_checkpoints(recipe)
     return TrainResult(code, time.monotonic() - t0, spec.start_step, run_paths.latest_step(recipe), log_file, error)
 
 

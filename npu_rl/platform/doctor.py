@@ -255,7 +255,9 @@ def check_checkpoints(ctx: _Context) -> CheckResult:
     steps = run_paths.saved_steps(ctx.recipe)
     root = run_paths.checkpoint_root(ctx.recipe)
     if not steps:
-        return _fail("checkpoints", f"none under {root}", f"train first: `npu-rl train --recipe {ctx.recipe.name}`")
+        damaged = "".join(f"; global_step_{s} is incomplete: {p}" for s, p in run_paths.damaged_steps(ctx.recipe))
+        return _fail("checkpoints", f"none under {root}{damaged}",
+                     f"train first: `npu-rl train --recipe {ctx.recipe.name}`")
     return _ok("checkpoints", f"steps {', '.join(map(str, steps))}")
 
 

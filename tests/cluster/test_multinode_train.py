@@ -17,7 +17,6 @@ import sys
 import tempfile
 from pathlib import Path
 
-import psutil
 import pytest
 import yaml
 
@@ -26,7 +25,7 @@ from npu_rl.launcher import paths as run_paths
 from npu_rl.recipe import load_recipe
 from npu_rl.render.k8s import K8sOptions, render_text
 
-from test_ray_cluster import HEAD_PORT_FLAGS, NODE_PORT_FLAGS, free_ports, port_args, wait_until
+from test_ray_cluster import HEAD_PORT_FLAGS, NODE_PORT_FLAGS, free_ports, port_args, processes_naming, wait_until
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(900)]
 
@@ -44,17 +43,6 @@ def _mapped(text: str, mounts: dict[str, Path]) -> str:
     for inside, outside in mounts.items():
         text = text.replace(inside, str(outside))
     return text
-
-
-def _cluster_procs(marker: str) -> list[psutil.Process]:
-    found = []
-    for p in psutil.process_iter(["cmdline", "status"]):
-        try:
-            if p.info["status"] != psutil.STATUS_ZOMBIE and marker in " ".join(p.info["cmdline"] or []):
-                found.append(p)
-        except psutil.Error:
-            pass
-    return found
 
 
 @pytest.fixture(scope="module")
@@ -108,15 +96,15 @@ def pods():
     try:
         head_rc = head.wait(timeout=600)
         worker_rc = worker.wait(timeout=120)
-        wait_until(lambda: not _cluster_procs(str(temp)), 30, "the cluster's processes to exit")
+        wait_until(lambda: not processes_naming(str(temp)), 30, "the cluster's processes to exit")
         yield {"recipe": recipe, "ws": ws, "head_rc": head_rc, "worker_rc": worker_rc, "head_args": head_args,
                "head_log": head_log.read_text(errors="replace"), "worker_log": worker_log.read_text(errors="replace"),
-               "left": _cluster_procs(str(temp))}
+               "left": processes_naming(str(temp))}
     finally:
         for popen, _, _ in procs.values():
             if popen.poll() is None:
                 popen.kill()
-        for p in _cluster_procs(str(temp)):
+        for p in processes_naming(str(temp)):
             p.kill()
         shutil.rmtree(work, ignore_errors=True)
 

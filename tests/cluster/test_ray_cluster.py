@@ -107,6 +107,18 @@ class Proc:
             raise AssertionError(f"{self.name} still running after {timeout}s:\n{self.text()[-3000:]}") from None
 
 
+def processes_naming(marker: str) -> list[psutil.Process]:
+    """Live (not zombie) processes whose command line names ``marker`` (a cluster's temp dir)."""
+    found = []
+    for p in psutil.process_iter(["cmdline", "status"]):
+        try:
+            if p.info["status"] != psutil.STATUS_ZOMBIE and marker in " ".join(p.info["cmdline"] or []):
+                found.append(p)
+        except psutil.Error:
+            pass
+    return found
+
+
 def _kill_ours(marker: str, procs: list[Proc]) -> None:
     for p in procs:
         if p.running():
@@ -117,12 +129,11 @@ def _kill_ours(marker: str, procs: list[Proc]) -> None:
         except subprocess.TimeoutExpired:
             p.popen.kill()
     # Ray daemons that outlived their supervisor: only those naming this module's temp dir.
-    for proc in psutil.process_iter(["pid", "cmdline"]):
-        if any(marker in part for part in proc.info["cmdline"] or []):
-            try:
-                proc.kill()
-            except psutil.Error:
-                pass
+    for proc in processes_naming(marker):
+        try:
+            proc.kill()
+        except psutil.Error:
+            pass
 
 
 @pytest.fixture(scope="module")
@@ -220,6 +231,4 @@ def test_head_exits_with_the_jobs_code_and_workers_leave_non_zero(cluster):
         assert worker.wait(60) == Exit.HEAD_LOST, worker.text()[-3000:]
         assert "unreachable" in worker.text()
     # Each node stopped its own Ray daemons: none with this cluster's temp dir is left.
-    marker = str(cluster["temp"])
-    wait_until(lambda: not any(marker in " ".join(p.info["cmdline"] or [])
-                               for p in psutil.process_iter(["cmdline"])), 30, "Ray daemons to exit")
+    wait_until(lambda: not processes_naming(str(cluster["temp"])), 30, "Ray daemons to exit")

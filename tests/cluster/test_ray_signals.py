@@ -15,7 +15,7 @@ from pathlib import Path
 import psutil
 import pytest
 
-from test_ray_cluster import HEAD_PORT_FLAGS, NODE_PORT_FLAGS, free_ports, port_args, wait_until
+from test_ray_cluster import HEAD_PORT_FLAGS, NODE_PORT_FLAGS, free_ports, port_args, processes_naming, wait_until
 
 pytestmark = pytest.mark.timeout(300)
 
@@ -24,17 +24,6 @@ def _env(ray_args: str) -> dict:
     env = {k: v for k, v in os.environ.items() if not k.startswith(("VC_", "RAY_ADDRESS", "KUBERAY", "NPU_RL_"))}
     return {**env, "NPU_RL_IFNAME": "lo", "NPU_RL_RAY_ARGS": ray_args, "RAY_USAGE_STATS_ENABLED": "0",
             "PYTHONUNBUFFERED": "1"}
-
-
-def _marked(marker: str) -> list[psutil.Process]:
-    found = []
-    for p in psutil.process_iter(["cmdline", "status"]):
-        try:
-            if p.info["status"] != psutil.STATUS_ZOMBIE and marker in " ".join(p.info["cmdline"] or []):
-                found.append(p)
-        except psutil.Error:
-            pass
-    return found
 
 
 def test_sigterm_stops_the_whole_ray_tree_of_head_and_worker():
@@ -60,7 +49,7 @@ def test_sigterm_stops_the_whole_ray_tree_of_head_and_worker():
         worker, worker_log = node("worker", ["worker", "--address", f"127.0.0.1:{gcs}", "--devices", "1"])
         procs.append(worker)
         wait_until(lambda: "joined head" in worker_log.read_text() or worker.poll() is not None, 120, "the worker")
-        assert len(_marked(str(temp))) >= 4  # GCS, raylets, agents: a real tree to stop
+        assert len(processes_naming(str(temp))) >= 4  # GCS, raylets, agents: a real tree to stop
 
         for p in (worker, head):
             tree = [p.pid] + [c.pid for c in psutil.Process(p.pid).children(recursive=True)]
@@ -70,12 +59,12 @@ def test_sigterm_stops_the_whole_ray_tree_of_head_and_worker():
             wait_until(lambda: not [q for q in tree if psutil.pid_exists(q) and
                                     psutil.Process(q).status() != psutil.STATUS_ZOMBIE], 10, "its tree to end")
             assert time.monotonic() - t0 < 20
-        wait_until(lambda: not _marked(str(temp)), 10, "every Ray process of the cluster to end")
+        wait_until(lambda: not processes_naming(str(temp)), 10, "every Ray process of the cluster to end")
     finally:
         for p in procs:
             if p.poll() is None:
                 p.kill()
-        for p in _marked(str(temp)):
+        for p in processes_naming(str(temp)):
             p.kill()
         shutil.rmtree(work, ignore_errors=True)
 

@@ -142,12 +142,15 @@ def test_missing_data_and_model(fake_host, workspace):
     assert results["data"].status == "fail" and "npu-rl prepare" in results["data"].fix
 
 
-def test_merge_needs_a_checkpoint(fake_host, ready_workspace):
+def test_merge_needs_a_checkpoint(fake_host, ready_workspace, complete_checkpoint):
     recipe = load_recipe("tiny_math_cpu")
     with pytest.raises(UserError, match="^checkpoints: none under"):
         doctor.preflight(recipe, for_job="merge", host=fake_host().host())
     step = ready_workspace / recipe.checkpoint.dir / recipe.logging.project / recipe.logging.experiment
-    (step / "global_step_5" / "actor").mkdir(parents=True)
+    (step / "global_step_5" / "actor").mkdir(parents=True)  # an unfinished save is no checkpoint
+    with pytest.raises(UserError, match="^checkpoints: none under"):
+        doctor.preflight(recipe, for_job="merge", host=fake_host().host())
+    complete_checkpoint(step / "global_step_5", world=recipe.resources.world_size)
     doctor.preflight(recipe, for_job="merge", host=fake_host().host())
 
 

@@ -85,11 +85,11 @@ def test_bad_inputs_fail_before_loading_a_model(tmp_path, val, tiny):
         load_problems([bad])
 
 
-def test_cli_local_eval_writes_the_table(tmp_path, tiny, monkeypatch, capsys):
+def test_cli_local_eval_writes_the_table(tmp_path, tiny, monkeypatch, capsys, complete_checkpoint):
     ws = tmp_path / "ws"
     shutil.copytree(tiny, ws / "models" / "tiny")
-    merged = ws / "checkpoints" / "proj" / "exp" / "global_step_2" / "actor" / "huggingface"
-    shutil.copytree(tiny, merged)
+    merged = complete_checkpoint(ws / "checkpoints" / "proj" / "exp" / "global_step_2", world=1)
+    shutil.copytree(tiny, merged, dirs_exist_ok=True)
     write_val_parquet(ws / "data" / "test.parquet")
     recipe = write_recipe(tmp_path / "r.yaml")
     monkeypatch.setenv("NPU_RL_WORKSPACE", str(ws))
@@ -109,13 +109,14 @@ def test_cli_local_eval_writes_the_table(tmp_path, tiny, monkeypatch, capsys):
     assert "| model | step | dataset | metric | score |" in capsys.readouterr().out
 
 
-def test_cli_names_what_is_missing(tmp_path, monkeypatch, capsys):
+def test_cli_names_what_is_missing(tmp_path, monkeypatch, capsys, complete_checkpoint):
     ws = tmp_path / "ws"
     ws.mkdir()
     recipe = write_recipe(tmp_path / "r.yaml")
     monkeypatch.setenv("NPU_RL_WORKSPACE", str(ws))
     assert main(["eval", "--recipe", str(recipe)]) == 2
     assert "no checkpoints under" in capsys.readouterr().err
-    (ws / "checkpoints" / "proj" / "exp" / "global_step_4" / "actor").mkdir(parents=True)
+    (ws / "checkpoints" / "proj" / "exp" / "global_step_6" / "actor").mkdir(parents=True)  # a husk: ignored
+    complete_checkpoint(ws / "checkpoints" / "proj" / "exp" / "global_step_4", world=1)
     assert main(["eval", "--recipe", str(recipe)]) == 2
     assert "npu-rl merge --recipe tiny_test --step 4" in capsys.readouterr().err

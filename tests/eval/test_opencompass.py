@@ -147,12 +147,14 @@ def _lighteval_parquet(path: Path, rows: list[dict]) -> None:
     pq.write_table(pa.Table.from_pylist(table), path)
 
 
-def test_cli_dry_run_writes_data_and_configs(tmp_path, math500, monkeypatch, capsys):
+def test_cli_dry_run_writes_data_and_configs(tmp_path, math500, monkeypatch, capsys, complete_checkpoint):
     ws = tmp_path / "ws"
     _lighteval_parquet(ws / "raw" / "data" / "test-00000-of-00001.parquet", _rows(math500))
-    for d in (ws / "models" / "Qwen2.5-1.5B-Instruct", ws / "ckpt" / "proj" / "exp" / "global_step_280" / "actor" / "huggingface"):
-        d.mkdir(parents=True)
+    merged = complete_checkpoint(ws / "ckpt" / "proj" / "exp" / "global_step_280", world=4)
+    for d in (ws / "models" / "Qwen2.5-1.5B-Instruct", merged):
+        d.mkdir(parents=True, exist_ok=True)
         (d / "config.json").write_text("{}")
+        (d / "model.safetensors").write_bytes(b"")
     recipe = write_recipe(
         tmp_path / "r.yaml", model_path="models/Qwen2.5-1.5B-Instruct", platform="npu-a2", source_dir="raw"
     )
