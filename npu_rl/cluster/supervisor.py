@@ -27,6 +27,7 @@ import functools
 import os
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -127,8 +128,8 @@ def run_head(opts: HeadOptions) -> int:
             log(f"head up at {address} with {opts.npus} NPU; expecting {opts.nnodes} nodes")
             if not opts.command:
                 code = node.proc.wait()
-                log(f"ray exited with code {code}")
-                return code if code else Exit.RAY_FAILED
+                raise ClusterError(f"Ray on this head exited on its own (ray start exit code {code}): one of its "
+                                   "daemons (GCS, raylet) died; see the [ray] lines above", Exit.RAY_FAILED)
             want = Expectation(opts.nnodes, opts.npus)
             try:
                 wait_for_cluster(address, want, Deadline(opts.wait_timeout), log)
@@ -221,8 +222,25 @@ def run_wait(head: Address, want: Expectation, timeout: float) -> int:
     if not wait_for_port(head, deadline, backoff(), log):
         raise ClusterError(f"head {head} not reachable after {deadline.elapsed():.0f}s; "
                            f"{want.nnodes} of {want.nnodes} nodes missing", Exit.CLUSTER_TIMEOUT)
-    try:
-        wait_for_cluster(head, want, deadline, log)
-    except ClusterTimeout as err:
+    # ray.init waits for a GCS without a deadline of its own (and rewrites 127.0.0.1 to the node's
+    # address), so a port that answers but is not Ray would hang here: it runs in a thread we can leave.
+    outcome: dict = {}
+
+    def connect_and_wait() -> None:
+        try:
+            outcome["nodes"] = wait_for_cluster(head, want, deadline, log)
+        except BaseException as err:  # noqa: BLE001 - handed to the main thread
+            outcome["error"] = err
+
+    worker = threading.Thread(target=connect_and_wait, name="ray-wait", daemon=True)
+    worker.start()
+    worker.join(timeout=deadline.left() + 5.0)
+    if worker.is_alive():
+        raise ClusterError(f"no Ray cluster answered at {head} within {timeout:.0f}s (is it a Ray head's GCS port?)",
+                           Exit.CLUSTER_TIMEOUT)
+    err = outcome.get("error")
+    if isinstance(err, ClusterTimeout):
         raise ClusterError(str(err), Exit.CLUSTER_TIMEOUT) from None
+    if err is not None:
+        raise err
     return 0

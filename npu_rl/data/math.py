@@ -33,6 +33,8 @@ def extract_ground_truth(solution: str) -> str | None:
 
 
 def to_verl_row(example: dict, split: str, index: int, data_source: str = DATA_SOURCE) -> dict | None:
+    if not isinstance(example.get("problem"), str) or not isinstance(example.get("solution"), str):
+        return None  # a null or numeric cell: skipped and counted like a solution without an answer
     truth = extract_ground_truth(example["solution"])
     if truth is None:
         return None
@@ -119,13 +121,19 @@ def prepare(out: Path, source: Path | None, hub_dataset: str = DATA_SOURCE) -> d
             tables[split] = read_table(f)
     else:
         tables = _load_hub(hub_dataset)
+    converted = {}
+    for split, rows in tables.items():  # every split converted before any is written: no half-written output
+        converted[split], skipped = convert_rows(_progress(rows, split), split)
+        if not converted[split]:
+            raise UserError(f"{split}: none of the {len(rows)} rows has a text problem and a solution with a "
+                            "\\boxed answer; nothing written")
+        if skipped:
+            print(f"{split}: {skipped} row(s) without a text problem or a \\boxed answer skipped", flush=True)
     counts = {}
-    for split, rows in tables.items():
-        converted, skipped = convert_rows(_progress(rows, split), split)
-        write_parquet(converted, out / f"{split}.parquet")
-        counts[split] = len(converted)
-        note = f" ({skipped} without a \\boxed answer skipped)" if skipped else ""
-        print(f"{split}: {len(converted)} rows -> {out / f'{split}.parquet'}{note}", flush=True)
+    for split, rows in converted.items():
+        write_parquet(rows, out / f"{split}.parquet")
+        counts[split] = len(rows)
+        print(f"{split}: {len(rows)} rows -> {out / f'{split}.parquet'}", flush=True)
     return counts
 
 

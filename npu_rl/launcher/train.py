@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ..cluster import proctree
+from ..errors import UserError
 from ..recipe.schema import Recipe
 from . import paths as run_paths
 from .preflight import check_launch
@@ -47,6 +48,10 @@ def run_training(recipe: Recipe, *, ray_port: int | None = None) -> TrainResult:
               f"total_training_steps {total}; nothing to train (raise algorithm.total_training_steps to go on)",
               flush=True)
         return TrainResult(0, 0.0, spec.start_step, spec.start_step, spec.log_dir / "train.log")
+    address = os.environ.get("RAY_ADDRESS")
+    if not address and recipe.resources.nnodes > 1:
+        raise UserError(f"resources.nnodes is {recipe.resources.nnodes} but no cluster is given: bring one up with "
+                        "`npu-rl ray head --nodes N -- npu-rl train ...` and `npu-rl ray worker` (or set RAY_ADDRESS)")
     check_launch(spec, recipe, ports=[ray_port] if ray_port else ())
     spec.log_dir.mkdir(parents=True, exist_ok=True)
     run_paths.tensorboard_dir(recipe).mkdir(parents=True, exist_ok=True)
@@ -56,7 +61,6 @@ def run_training(recipe: Recipe, *, ray_port: int | None = None) -> TrainResult:
         print(f"npu-rl: resuming {recipe.logging.experiment} from global_step_{spec.start_step}", flush=True)
 
     t0 = time.monotonic()
-    address = os.environ.get("RAY_ADDRESS")
     if address:
         # A multi-node cluster brought up by `npu-rl ray head`; the spec's runtime_env reaches its workers.
         code, error = _run(spec, {"RAY_ADDRESS": address}, log_file)

@@ -53,13 +53,36 @@ def parse_recipe(data: dict[str, Any], source: str = "recipe") -> Recipe:
         raise UserError(_format_error(source, err)) from None
 
 
+class _UniqueKeyLoader(yaml.SafeLoader):
+    """safe_load that refuses a key given twice in one mapping (the second would silently win)."""
+
+    def construct_mapping(self, node, deep=False):
+        seen: set = set()
+        for key_node, _ in node.value:
+            key = self.construct_object(key_node, deep=deep)
+            if key in seen:
+                raise yaml.constructor.ConstructorError(
+                    None, None, f"duplicate key {key!r} (line {key_node.start_mark.line + 1})", key_node.start_mark)
+            seen.add(key)
+        return super().construct_mapping(node, deep=deep)
+
+
+def _yaml_error(err: yaml.YAMLError) -> str:
+    problem = getattr(err, "problem", None)
+    return problem or str(err).splitlines()[0]
+
+
 def load_recipe(name_or_path: str | Path, overrides: dict[str, Any] | None = None) -> Recipe:
     """Load a recipe; ``overrides`` maps dotted recipe keys (``algorithm.lr``) to values."""
     path = resolve_recipe_path(name_or_path)
     try:
-        data = yaml.safe_load(path.read_text(encoding="utf-8"))
+        data = yaml.load(path.read_text(encoding="utf-8"), Loader=_UniqueKeyLoader)  # noqa: S506 - safe loader
+    except UnicodeDecodeError:
+        raise UserError(f"{path}: not UTF-8 text") from None
     except yaml.YAMLError as err:
-        raise UserError(f"{path}: not valid YAML ({str(err).splitlines()[0]})") from None
+        raise UserError(f"{path}: not valid YAML ({_yaml_error(err)})") from None
+    if overrides and not isinstance(data, dict):
+        raise UserError(f"{path}: a recipe must be a YAML mapping, got {type(data).__name__}")
     for dotted, value in (overrides or {}).items():
         node = data
         parts = dotted.split(".")
@@ -78,5 +101,8 @@ def parse_set_args(items: list[str] | None) -> dict[str, Any]:
         if "=" not in item:
             raise UserError(f"--set {item!r}: expected KEY=VALUE")
         key, value = item.split("=", 1)
-        out[key.strip()] = yaml.safe_load(value)
+        try:
+            out[key.strip()] = yaml.safe_load(value)
+        except yaml.YAMLError as err:
+            raise UserError(f"--set {item!r}: the value is not a YAML scalar or list ({_yaml_error(err)})") from None
     return out

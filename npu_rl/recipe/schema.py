@@ -15,7 +15,8 @@ Logger = Literal["console", "tensorboard", "swanlab", "file", "wandb"]
 
 
 class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid", validate_assignment=True)
+    # inf/nan reach verl as valid floats and turn into NaN losses steps later.
+    model_config = ConfigDict(extra="forbid", validate_assignment=True, allow_inf_nan=False)
 
 
 class ModelSpec(_Strict):
@@ -35,8 +36,8 @@ class ModelSpec(_Strict):
 
 
 class DataSpec(_Strict):
-    train_files: list[str]
-    val_files: list[str]
+    train_files: list[str] = Field(min_length=1)
+    val_files: list[str] = Field(min_length=1)
     max_prompt_length: int = Field(512, gt=0)
     max_response_length: int = Field(1024, gt=0)
     filter_overlong_prompts: bool = True
@@ -220,6 +221,20 @@ class Recipe(_Strict):
                 raise ValueError(
                     f"algorithm.train_batch_size * algorithm.rollout_n is not divisible by the {world} devices"
                 )
+        # Each worker normalises the mini-batch to its data-parallel share and splits it into micro-batches
+        # (verl 0.6.1 fsdp_workers.py / megatron_workers.py ActorRolloutRefWorker.__init__:
+        # ppo_mini_batch_size *= rollout.n; //= data-parallel size); a remainder fails in every worker.
+        dp = world
+        if self.actor.strategy == "megatron":
+            dp = world // max(1, self.actor.tensor_model_parallel_size * self.actor.pipeline_model_parallel_size)
+        per_rank = a.ppo_mini_batch_size * a.rollout_n // max(1, dp)
+        micro = a.ppo_micro_batch_size_per_device
+        if per_rank < 1 or per_rank % micro:
+            what = "is larger than" if micro > per_rank else "does not divide"
+            raise ValueError(
+                f"algorithm.ppo_micro_batch_size_per_device ({micro}) {what} the per-rank mini-batch "
+                f"(ppo_mini_batch_size * rollout_n / {dp} data-parallel ranks = {per_rank})"
+            )
         if world % self.rollout.tensor_model_parallel_size:
             raise ValueError(
                 f"rollout.tensor_model_parallel_size ({self.rollout.tensor_model_parallel_size}) does not divide "

@@ -98,15 +98,14 @@ def compute_score_batch(
     results: list[dict[str, Any] | None] = [None] * n
     pending: list[tuple[int, str]] = []
     for i in range(n):
-        try:
+        try:  # like compute_score: one response that is not a string scores 0, the batch goes on
             pred, verdict = _fast(solution_strs[i], ground_truths[i])
+            if verdict is None:
+                pending.append((i, pred))
+            else:
+                results[i] = _result(verdict, pred, solution_strs[i], w)
         except Exception:
             results[i] = _zero()
-            continue
-        if verdict is None:
-            pending.append((i, pred))
-        else:
-            results[i] = _result(verdict, pred, solution_strs[i], w)
     if pending:
         pool = get_pool()
 

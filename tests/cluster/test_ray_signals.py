@@ -82,3 +82,19 @@ def test_head_refuses_a_port_in_use_at_once():
     last = out.stderr.strip().splitlines()[-1]
     assert last.startswith("npu-rl: error: port") and "in use" in last, out.stderr
     assert "Traceback" not in out.stderr
+
+
+def test_wait_honours_its_timeout_when_something_else_answers_on_the_port():
+    # A TCP server that accepts and never speaks: the port probe succeeds, ray.init would hang.
+    with socket.socket() as fake:
+        fake.bind(("127.0.0.1", 0))
+        fake.listen(64)
+        port = fake.getsockname()[1]
+        t0 = time.monotonic()
+        out = subprocess.run([sys.executable, "-m", "npu_rl", "ray", "wait", "--address", f"127.0.0.1:{port}",
+                              "--nodes", "1", "--devices", "1", "--timeout", "3"], env=_env(""),
+                             capture_output=True, text=True, timeout=60)
+    assert time.monotonic() - t0 < 20
+    assert out.returncode == 5  # Exit.CLUSTER_TIMEOUT
+    last = out.stderr.strip().splitlines()[-1]
+    assert last.startswith("npu-rl: error: no Ray cluster answered at 127.0.0.1:") and "within 3s" in last

@@ -79,3 +79,19 @@ def test_extract_ground_truth_takes_the_last_box():
 def test_prepare_reports_counts(tmp_path):
     counts = prepare(tmp_path, sample_dir())
     assert counts == {"train": 256, "test": 64}
+
+
+def test_null_and_numeric_cells_are_skipped_and_an_empty_split_is_refused(tmp_path, capsys):
+    src = tmp_path / "src"
+    src.mkdir()
+    pq.write_table(pa.table({"problem": ["p", None, "q"], "solution": ["\\boxed{1}", "\\boxed{2}", None]}),
+                   src / "train-00000-of-00001.parquet")
+    pq.write_table(pa.table({"problem": [1, 2], "solution": [3, 4]}), src / "test-00000-of-00001.parquet")
+    assert main(["data", "math", "--from", str(src), "--out", str(tmp_path / "o")]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith("npu-rl: error: test: none of the 2 rows has a text problem")
+    assert not (tmp_path / "o").exists()  # nothing half-written
+    pq.write_table(pa.table({"problem": ["r"], "solution": ["\\boxed{5}"]}), src / "test-00000-of-00001.parquet")
+    assert main(["data", "math", "--from", str(src), "--out", str(tmp_path / "o")]) == 0
+    assert "train: 2 row(s) without a text problem or a \\boxed answer skipped" in capsys.readouterr().out
+    assert pq.read_table(tmp_path / "o" / "train.parquet").num_rows == 1

@@ -21,6 +21,9 @@ def workspace(tmp_path_factory) -> Path:
     ws = tmp_path_factory.mktemp("ws")
     assert main(["model", "tiny", "--out", str(ws / "models/tiny-qwen2"), "--warm-start-steps", "0"]) == 0
     assert main(["data", "math", "--from", "sample", "--out", str(ws / "data/math-sample")]) == 0
+    train = pq.read_table(ws / "data/math-sample/train.parquet")
+    pq.write_table(train.slice(0, 0), ws / "data/zero.parquet")
+    pq.write_table(train.slice(0, 2), ws / "data/two.parquet")
     return ws
 
 
@@ -59,9 +62,23 @@ def _with(**changes) -> dict:
         ({"data__train_files": ["data/missing.parquet"]}, "data.train_files: data file not found"),
         ({"resources__devices_per_node": 3}, "not divisible by resources.nnodes * resources.devices_per_node (3)"),
         ({"verl_overrides": {"trainer.no_such_key": 1}}, "rejects the recipe's overrides"),
+        # Each of these used to start Ray and fail (or hang) 20-46 s later in a verl worker.
+        ({"reward__function": "nope.py"}, "reward.function: file not found"),
+        ({"reward__name": "no_such_fn"}, "defines no 'no_such_fn'"),
+        ({"algorithm__ppo_micro_batch_size_per_device": 64}, "(64) is larger than the per-rank mini-batch"),
+        ({"algorithm__ppo_micro_batch_size_per_device": 3}, "(3) does not divide the per-rank mini-batch"),
+        ({"rollout__name": "foo"}, "field 'rollout.name'"),
+        ({"data__train_files": []}, "field 'data.train_files': List should have at least 1 item"),
+        ({"data__train_files": ["data/zero.parquet"]}, "data.train_files: 0 row(s)"),
+        ({"data__train_files": ["data/two.parquet"]}, "data.train_files: 2 row(s) in data/two.parquet; "
+                                                      "algorithm.train_batch_size is 8"),
+        ({"resources__nnodes": 2}, "resources.nnodes is 2 but no cluster is given"),
+        ({"algorithm__lr": float("inf")}, "field 'algorithm.lr': Input should be a finite number"),
+        ({"algorithm__kl_loss_coef": float("nan")}, "field 'algorithm.kl_loss_coef': Input should be a finite"),
     ],
 )
 def test_bad_recipe(workspace, capsys, monkeypatch, changes, message):
+    monkeypatch.delenv("RAY_ADDRESS", raising=False)
     code, line = _run(workspace, _with(**changes), capsys, monkeypatch)
     assert code == 2
     assert line.startswith("npu-rl: error:")
@@ -89,3 +106,28 @@ def test_ray_port_in_use(workspace, capsys, monkeypatch):
 def test_unknown_recipe_name(capsys):
     assert main(["recipe", "validate", "--recipe", "no_such_recipe"]) == 2
     assert "unknown recipe 'no_such_recipe'" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("text,message", [
+    (b"name: a\nname: b\n", "duplicate key 'name' (line 2)"),
+    ("name: x\n".encode("utf-16"), "not UTF-8 text"),
+    (b"\xff\xfe\x00garbage", "not UTF-8 text"),
+])
+def test_unreadable_recipe_files(tmp_path, capsys, text, message):
+    path = tmp_path / "r.yaml"
+    path.write_bytes(text)
+    assert main(["train", "--recipe", str(path), "--dry-run"]) == 2
+    assert message in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("value", ["[1", "@x", "*undefined", "!!python/name:os.system"])
+def test_set_values_that_are_not_yaml(capsys, value):
+    assert main(["train", "--recipe", "tiny_math_cpu", "--set", f"algorithm.lr={value}", "--dry-run"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith(f"npu-rl: error: --set 'algorithm.lr={value}'")
+
+
+def test_set_on_a_recipe_that_is_not_a_mapping(tmp_path, capsys):
+    (tmp_path / "empty.yaml").write_text("")
+    assert main(["train", "--recipe", str(tmp_path / "empty.yaml"), "--set", "a=1", "--dry-run"]) == 2
+    assert "a recipe must be a YAML mapping" in capsys.readouterr().err

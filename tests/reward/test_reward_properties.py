@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import time
 
+import pytest
+
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -54,3 +56,11 @@ def test_fractions_are_equal_exactly_when_their_values_are(a, b, c, d):
 @given(s=latexish)
 def test_equivalence_is_reflexive(s):
     assert judge(s, s) is True
+
+
+@pytest.mark.parametrize("response", [None, 3, b"\\boxed{1}", ["\\boxed{1}"], 2.5])
+def test_batch_entry_scores_non_strings_zero_and_keeps_the_rest(response):
+    from npu_rl.reward.math import compute_score_batch
+
+    out = compute_score_batch(["m", "m"], [response, "so \\boxed{1}"], ["1", "1"])
+    assert out[0]["score"] == 0.0 and out[1]["acc"] == 1.0
