@@ -8,6 +8,7 @@ nodes registered fewer NPUs than expected (a pod given too few devices).
 from __future__ import annotations
 
 import signal
+import threading
 import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
@@ -66,7 +67,9 @@ def wait_for_cluster(address: Address, want: Expectation, deadline: Deadline,
     import ray
 
     # ray.init replaces the SIGTERM handler with sys.exit; the caller's (which stops child processes) must survive it.
-    previous = signal.getsignal(signal.SIGTERM)
+    # Handlers belong to the main thread (`ray wait` runs this in another one, where ray.init leaves them be).
+    in_main = threading.current_thread() is threading.main_thread()
+    previous = signal.getsignal(signal.SIGTERM) if in_main else None
     ray.init(address=str(address), log_to_driver=False, logging_level="ERROR", configure_logging=False,
              namespace="npu-rl-wait")
     try:

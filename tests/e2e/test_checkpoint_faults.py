@@ -3,6 +3,7 @@ never crash-loop on a damaged one, re-running a finished run is a no-op, rotatio
 
 from __future__ import annotations
 
+import json
 import re
 
 import pytest
@@ -22,6 +23,11 @@ def _args(steps: int) -> list[str]:
     return ["--recipe", "tiny_math_cpu", *[a for k, v in sets.items() for a in ("--set", f"{k}={v}")]]
 
 
+def _metric_steps(recipe, start: int) -> list[int]:
+    lines = run_paths.metrics_file(recipe, start).read_text().splitlines()
+    return [json.loads(line)["step"] for line in lines]
+
+
 def _steps_logged(out: str) -> set[str]:
     return set(re.findall(r"\bstep:(\d+) - ", out))
 
@@ -35,6 +41,7 @@ def test_damaged_latest_checkpoint_finished_run_and_rotation(tmp_path, monkeypat
     assert main(["train", *_args(2)]) == 0
     assert run_paths.saved_steps(recipe) == [1, 2]
     capfd.readouterr()
+    assert _metric_steps(recipe, 0) == [1, 2]  # the last step's line is on disk too
 
     # One optimizer shard of the newest checkpoint lost (a disk fault, a kill during the save).
     (run_paths.step_dir(recipe, 2) / "actor" / "optim_world_size_2_rank_1.pt").unlink()
@@ -48,6 +55,7 @@ def test_damaged_latest_checkpoint_finished_run_and_rotation(tmp_path, monkeypat
     assert "skipping damaged global_step_2: 1 shard(s) missing or empty" in out
     assert "resuming faults from global_step_1" in out
     assert _steps_logged(out) == {"2", "3"}  # step 2 trained again, from step 1's state
+    assert _metric_steps(recipe, 1) == [2, 3]  # the resumed segment's own metrics file
     # max_to_keep 2 across both segments: step 1 rotated away, the re-saved step 2 is complete again.
     assert run_paths.saved_steps(recipe) == [2, 3]
     assert not run_paths.step_dir(recipe, 1).exists()

@@ -1,7 +1,9 @@
-"""SIGTERM to `npu-rl train` (what `docker stop`, a pod deletion or `timeout` send) mid-training."""
+"""SIGTERM to `npu-rl train` (what `docker stop`, a pod deletion or `timeout` send) mid-training:
+every process of the run ends, the metrics logged so far are on disk, and a re-run finishes the run."""
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import subprocess
@@ -31,7 +33,7 @@ def _alive(pids: list[int]) -> list[int]:
 
 def test_sigterm_mid_training_ends_every_process_of_the_run(tmp_path, monkeypatch):
     monkeypatch.setenv("NPU_RL_WORKSPACE", str(tmp_path))
-    sets = {"logging.experiment": "sigterm", "algorithm.total_training_steps": 50}
+    sets = {"logging.experiment": "sigterm", "algorithm.total_training_steps": 4, "checkpoint.save_freq": 1}
     recipe = load_recipe("tiny_math_cpu", sets)
     assert main(["model", "tiny", "--out", str(run_paths.model_dir(recipe)), "--warm-start-steps", "20"]) == 0
     assert main(["data", "math", "--from", "sample", "--out", str(tmp_path / "data" / "math-sample")]) == 0
@@ -57,3 +59,7 @@ def test_sigterm_mid_training_ends_every_process_of_the_run(tmp_path, monkeypatc
     finally:
         if proc.poll() is None:
             proc.kill()
+    lines = run_paths.metrics_file(recipe, 0).read_text().splitlines()
+    assert lines and json.loads(lines[0])["step"] == 1  # flushed when the step ended, not lost with the kill
+    assert main(["train", "--recipe", "tiny_math_cpu", *args]) == 0
+    assert run_paths.latest_step(recipe) == 4
