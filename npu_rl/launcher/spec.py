@@ -57,10 +57,6 @@ class LaunchSpec:
     rehearsal_report: Path | None = None
     notes: tuple[str, ...] = ()  # what the launch decided that a user should read (a damaged checkpoint)
 
-    @property
-    def runtime_env(self) -> dict:
-        return {"env_vars": dict(self.env)}
-
     def dry_run_text(self) -> str:
         lines = [f"# npu-rl launch of {self.recipe}: verl config {self.config_name}, patches "
                  f"{','.join(self.patches) or 'none'}; every Ray worker gets the runtime_env env_vars in argv"]
@@ -120,7 +116,8 @@ def build_launch(recipe: Recipe, *, python: str | None = None, rehearse: bool = 
     env.update(env_for(patches))
     name = config_name(recipe)
     runtime = [f"{RUNTIME_ENV_PREFIX}{k}={quoted(v)}" for k, v in sorted(env.items())]
-    argv = (python or sys.executable, "-m", ENTRY_MODULE, "--config-name", name, *build_overrides(recipe, resume_from, restart), *runtime)
+    argv = (python or sys.executable, "-m", ENTRY_MODULE, "--config-name", name,
+            *build_overrides(recipe, resume_from, restart), *runtime)
     return LaunchSpec(recipe=recipe.name, config_name=name, argv=argv, env=dict(env),
                       patches=tuple(patches), start_step=start_step, log_dir=log_dir, attest_file=attest_file,
                       rehearsal_report=report, notes=tuple(notes))

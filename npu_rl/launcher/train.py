@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shlex
 import subprocess
 import sys
@@ -24,8 +25,9 @@ from .preflight import check_launch
 from .ray_local import LocalRayHead
 from .spec import LaunchSpec, build_launch
 
-# verl's console logger starts each step's line with this (verl/utils/tracking.py).
-_STEP_LINE = "step:"
+# A training step's console line (verl/utils/tracking.py), as the TaskRunner's output reaches the driver
+# ("(TaskRunner pid=N) step:1 - actor/...").
+_STEP_LINE = re.compile(r"\bstep:\d+ - ")
 
 
 @dataclass
@@ -105,7 +107,7 @@ def attestation_error(spec: LaunchSpec, training_started: bool) -> str | None:
 def _run(spec: LaunchSpec, host_env: dict[str, str], log_file: Path) -> tuple[int, str | None]:
     """Run the spec's argv, streaming its output to the console and ``log_file``; stop it on SIGTERM/SIGINT."""
     full_env = {**os.environ, **spec.env, **host_env}
-    error = None
+    error, attested = None, False
     with open(log_file, "a", encoding="utf-8") as log, proctree.signals_raise():
         log.write(f"\n$ {shlex.join(spec.argv)}\n")
         # Its own session: a terminal's Ctrl-C reaches npu-rl alone, which stops verl in order.
@@ -116,7 +118,8 @@ def _run(spec: LaunchSpec, host_env: dict[str, str], log_file: Path) -> tuple[in
             for line in proc.stdout:
                 sys.stdout.write(line)
                 log.write(line)
-                if error is None and line.startswith(_STEP_LINE):
+                if not attested and _STEP_LINE.search(line):
+                    attested = True  # the workers reported before fit() began, or never will
                     error = attestation_error(spec, training_started=True)
                     if error:
                         break

@@ -67,3 +67,24 @@ def test_env_values_stay_strings_in_the_runtime_env(tmp_path, monkeypatch):
 ])
 def test_hydra_args_reads_the_argv_as_hydra_does(argv, expected):
     assert hydra_args(argv) == (expected[0], expected[1])
+
+
+def test_training_without_a_worker_report_is_stopped(tmp_path, monkeypatch):
+    """The launcher's guard when the patches never reached verl's TaskRunner (so nobody attested)."""
+    import dataclasses
+    import time
+
+    from npu_rl.launcher.train import _run
+
+    monkeypatch.setenv("NPU_RL_WORKSPACE", str(tmp_path))
+    spec = dataclasses.replace(
+        build_launch(load_recipe("tiny_math_cpu")), attest_file=tmp_path / "workers.json",
+        argv=(sys.executable, "-c", "import time; print('(TaskRunner pid=1) step:1 - actor/pg_loss:0.1', "
+                                    "flush=True); time.sleep(60)"))
+    t0 = time.monotonic()
+    code, error = _run(spec, {}, tmp_path / "train.log")
+    assert time.monotonic() - t0 < 30 and code == 1
+    assert error.startswith("training started but no Ray worker reported its patches")
+    (tmp_path / "workers.json").write_text('{"error": null}')
+    spec = dataclasses.replace(spec, argv=(sys.executable, "-c", "print('(TaskRunner pid=1) step:1 - x')"))
+    assert _run(spec, {}, tmp_path / "train.log") == (0, None)
