@@ -27,8 +27,17 @@ COMMAND_MODULES = [
 ]
 
 
+class _Parser(argparse.ArgumentParser):
+    """argparse whose usage errors are the CLI's one line (subcommand parsers inherit the class)."""
+
+    def error(self, message: str):
+        print(f"npu-rl: error: {self.prog.removeprefix('npu-rl').strip() or 'npu-rl'}: {message} "
+              f"(see `{self.prog} --help`)", file=sys.stderr)
+        raise SystemExit(2)
+
+
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="npu-rl", description=__doc__.splitlines()[0] if __doc__ else None)
+    parser = _Parser(prog="npu-rl", description=__doc__.splitlines()[0] if __doc__ else None)
     parser.add_argument("--version", action="version", version=f"npu-rl {__import__('npu_rl').__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     sub.required = True

@@ -5,13 +5,15 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
+from .argtypes import output_dir
+
 
 def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("data", help="prepare training data")
     dsub = p.add_subparsers(dest="dataset", metavar="DATASET")
     dsub.required = True
     m = dsub.add_parser("math", help="MATH-lighteval parquet (problem, level, type, solution) -> verl format")
-    m.add_argument("--out", type=Path, required=True, help="writes OUT/train.parquet and OUT/test.parquet")
+    m.add_argument("--out", type=output_dir, required=True, help="writes OUT/train.parquet and OUT/test.parquet")
     m.add_argument("--from", dest="source", default=None,
                    help="directory with the raw parquet files (offline); 'sample' for the bundled demo sample; "
                         "omit to load DigitalLearningGmbH/MATH-lighteval from the hub")

@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 
 from ..recipe import load_recipe, parse_set_args
+from .argtypes import port
 
 _STYLE = {"ok": "green", "warn": "yellow", "fail": "bold red"}
 
@@ -13,7 +14,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("doctor", help="check that this host can run a recipe (devices, CANN, memory, disk, data)")
     p.add_argument("--recipe", required=True, help="recipe name (configs/recipes) or YAML path")
     p.add_argument("--job", choices=["train", "merge", "eval"], default="train", help="which job to check for")
-    p.add_argument("--port", type=int, action="append", default=[], help="also require this port to be free")
+    p.add_argument("--port", type=port, action="append", default=[], help="also require this port to be free")
     p.add_argument("--set", action="append", metavar="KEY=VALUE", help="override a recipe field (dotted)")
     p.set_defaults(func=run)
 

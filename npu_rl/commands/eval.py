@@ -59,8 +59,7 @@ def _models(args: argparse.Namespace, recipe: Recipe):
 
     if args.model is not None:
         trained = _resolve(args.model)
-        if not (trained / "config.json").is_file():
-            raise UserError(f"--model {args.model}: not a Hugging Face model directory (no config.json)")
+        _check_model(trained, "--model")
         step = step_of(trained) or 0
     else:
         trained, step = resolve_trained_model(recipe, args.step)
@@ -69,7 +68,23 @@ def _models(args: argparse.Namespace, recipe: Recipe):
         baseline = _resolve(args.baseline or recipe.model.path)
         if not (baseline / "config.json").is_file():
             raise UserError(f"baseline model not found: {baseline} (pass --baseline PATH or --baseline none)")
+        _check_model(baseline, "baseline")
     return baseline, trained, step
+
+
+def _check_model(path: Path, what: str) -> None:
+    """A loadable Hugging Face model directory, checked before the evaluation loads anything."""
+    import json
+
+    from ..model.fetch import check_model_dir
+
+    try:
+        check_model_dir(path)
+        json.loads((path / "config.json").read_text(encoding="utf-8"))
+    except UserError as err:
+        raise UserError(f"{what}: {err}") from None
+    except (ValueError, UnicodeDecodeError) as err:
+        raise UserError(f"{what}: {path / 'config.json'} is not valid JSON ({err})") from None
 
 
 def run(args: argparse.Namespace) -> int:

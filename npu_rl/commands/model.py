@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import argparse
-from pathlib import Path
+
+from .argtypes import output_dir, positive_int
 
 
 
@@ -13,10 +14,10 @@ def register(sub: argparse._SubParsersAction) -> None:
     msub.required = True
 
     t = msub.add_parser("tiny", help="random tiny Qwen2 + locally trained BPE tokenizer (no download)")
-    t.add_argument("--out", type=Path, required=True)
+    t.add_argument("--out", type=output_dir, required=True)
     t.add_argument("--recipe", default="tiny_math_cpu", help="recipe whose chat template and data to use")
-    t.add_argument("--hidden-size", type=int, default=64)
-    t.add_argument("--layers", type=int, default=2)
+    t.add_argument("--hidden-size", type=positive_int, default=64)
+    t.add_argument("--layers", type=positive_int, default=2)
     t.add_argument("--seed", type=int, default=0)
     t.add_argument("--warm-start-steps", type=int, default=400,
                    help="teacher-forcing steps on the sample's worked answers (0: leave it random)")
@@ -24,7 +25,7 @@ def register(sub: argparse._SubParsersAction) -> None:
 
     f = msub.add_parser("fetch", help="download REPO_ID (or copy a local dir) and apply the recipe's tokenizer config")
     f.add_argument("source", help="hub repo id (e.g. Qwen/Qwen2.5-1.5B-Instruct) or a local directory")
-    f.add_argument("--out", type=Path, required=True)
+    f.add_argument("--out", type=output_dir, required=True)
     f.add_argument("--recipe", default=None, help="recipe whose model.tokenizer_config to apply")
     f.set_defaults(func=_fetch)
 

@@ -19,12 +19,13 @@ import os
 import shlex
 
 from ..errors import UserError
+from .argtypes import port
 
 DEFAULT_PORT = 6379
 
 
 def _common(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--port", type=int, default=None,
+    p.add_argument("--port", type=port, default=None,
                    help="GCS port of the head (default 6379 or $NPU_RL_RAY_PORT)")
     p.add_argument("--devices", type=int, default=None, help="NPUs per node (default: launcher env, recipe, /dev)")
     p.add_argument("--recipe", default=None, help="recipe to read resources.nnodes / devices_per_node from")

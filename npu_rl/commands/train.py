@@ -6,6 +6,7 @@ import argparse
 import sys
 
 from ..recipe import load_recipe, parse_set_args
+from .argtypes import port
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -17,7 +18,7 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help="run the launch through verl on a local Ray up to where devices would be allocated")
     p.add_argument("--prepare", action="store_true",
                    help="first fetch the model, convert the data and weights where missing (as `npu-rl prepare`)")
-    p.add_argument("--ray-port", type=int, default=None, help="GCS port of the local Ray head (default: a free one)")
+    p.add_argument("--ray-port", type=port, default=None, help="GCS port of the local Ray head (default: a free one)")
     p.set_defaults(func=run)
 
 

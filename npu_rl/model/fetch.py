@@ -32,14 +32,14 @@ def fetch(source: str, out: Path) -> Path:
         raise UserError(f"model source {source!r} is not a directory")
     try:
         from huggingface_hub import snapshot_download
-        from huggingface_hub.errors import HfHubHTTPError
+        from huggingface_hub.errors import HfHubHTTPError, HFValidationError
     except ImportError as err:  # pragma: no cover - huggingface_hub ships with transformers
         raise UserError(f"huggingface_hub is not installed ({err})") from None
     out.mkdir(parents=True, exist_ok=True)
     try:
         # snapshot_download resumes partial files and shows tqdm progress per file.
         snapshot_download(repo_id=source, local_dir=str(out))
-    except (HfHubHTTPError, OSError) as err:
+    except (HfHubHTTPError, HFValidationError, OSError) as err:
         raise UserError(
             f"could not download {source!r}: {str(err).splitlines()[0]} "
             "(set HF_ENDPOINT to a mirror, or pass a local directory)"

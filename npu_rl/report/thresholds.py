@@ -95,7 +95,10 @@ def load_thresholds(override: Path | dict[str, Any] | None = None) -> Thresholds
         if isinstance(override, Path):
             if not override.is_file():
                 raise UserError(f"thresholds file not found: {override}")
-            override = yaml.safe_load(override.read_text(encoding="utf-8")) or {}
+            try:
+                override = yaml.safe_load(override.read_text(encoding="utf-8")) or {}
+            except (yaml.YAMLError, UnicodeDecodeError) as err:
+                raise UserError(f"thresholds {override}: not valid YAML ({str(err).splitlines()[0]})") from None
         if not isinstance(override, dict):
             raise UserError("thresholds: the override must be a YAML mapping")
         data = _merge(data, override)

@@ -131,3 +131,36 @@ def test_set_on_a_recipe_that_is_not_a_mapping(tmp_path, capsys):
     (tmp_path / "empty.yaml").write_text("")
     assert main(["train", "--recipe", str(tmp_path / "empty.yaml"), "--set", "a=1", "--dry-run"]) == 2
     assert "a recipe must be a YAML mapping" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("argv,message", [
+    (["train", "--recipe", "tiny_math_cpu", "--ray-port", "70000"], "port 70000 is outside 0-65535"),
+    (["ray", "head", "--port", "-1", "--devices", "1"], "port -1 is outside 0-65535"),
+    (["doctor", "--recipe", "tiny_math_cpu", "--port", "x"], "'x' is not a port number"),
+    (["data", "math", "--from", "sample", "--out", "{file}"], "exists and is not a directory"),
+    (["data", "math", "--from", "sample", "--out", "/proc/npu-rl/x"], "cannot create /proc/npu-rl/x"),
+    (["model", "tiny", "--out", "{tmp}/m", "--hidden-size", "0"], "--hidden-size: 0 must be >= 1"),
+    (["model", "fetch", "bad id!!", "--out", "{tmp}/f"], "could not download 'bad id!!'"),
+    (["eval", "--recipe", "tiny_math_cpu", "--model", "{broken}"], "config.json is not valid JSON"),
+    (["eval", "--recipe", "tiny_math_cpu", "--model", "{tmp}"], "not a Hugging Face model directory"),
+    (["report", "--run", "{tmp}", "--thresholds", "{thresholds}"], "not valid YAML"),
+    (["train"], "the following arguments are required: --recipe"),
+])
+def test_bad_arguments_are_one_line(tmp_path, argv, message):
+    import subprocess
+    import sys
+
+    (tmp_path / "file").write_text("x")
+    broken = tmp_path / "broken"
+    broken.mkdir()
+    for name in ("config.json", "tokenizer_config.json", "model.safetensors"):
+        (broken / name).write_text("{not json")
+    (tmp_path / "t.yaml").write_text("a: [1\n")
+    subs = {"file": tmp_path / "file", "tmp": tmp_path, "broken": broken, "thresholds": tmp_path / "t.yaml"}
+    argv = [a.format(**subs) for a in argv]
+    out = subprocess.run([sys.executable, "-m", "npu_rl", *argv], capture_output=True, text=True, timeout=120,
+                         env={**__import__("os").environ, "NPU_RL_WORKSPACE": str(tmp_path)})
+    assert out.returncode == 2, out.stderr
+    assert "Traceback" not in out.stderr
+    lines = out.stderr.strip().splitlines()
+    assert lines[-1].startswith("npu-rl: error:") and message in lines[-1], out.stderr

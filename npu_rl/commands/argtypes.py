@@ -1,0 +1,42 @@
+"""Argument types shared by the subcommands: a bad value is one `npu-rl: error:` line from argparse."""
+
+from __future__ import annotations
+
+import argparse
+import os
+from pathlib import Path
+
+
+def port(text: str) -> int:
+    """A TCP port number (0 lets the OS choose where a command allows it)."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a port number") from None
+    if not 0 <= value <= 65535:
+        raise argparse.ArgumentTypeError(f"port {value} is outside 0-65535")
+    return value
+
+
+def positive_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not an integer") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"{value} must be >= 1")
+    return value
+
+
+def output_dir(text: str) -> Path:
+    """A directory to write into: created if missing; an existing file or an unwritable place is refused."""
+    path = Path(text)
+    if path.exists() and not path.is_dir():
+        raise argparse.ArgumentTypeError(f"{path} exists and is not a directory")
+    try:
+        path.mkdir(parents=True, exist_ok=True)
+    except OSError as err:
+        raise argparse.ArgumentTypeError(f"cannot create {path}: {err.strerror}") from None
+    if not os.access(path, os.W_OK):
+        raise argparse.ArgumentTypeError(f"{path} is not writable")
+    return path
