@@ -6,7 +6,7 @@ field rather than a silently ignored setting.
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Any, Literal, get_args
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
@@ -14,9 +14,27 @@ Platform = Literal["npu-a2", "npu-a3", "cpu"]
 Logger = Literal["console", "tensorboard", "swanlab", "file", "wandb"]
 
 
+def _numeric(annotation: Any) -> bool:
+    """int, float, or an optional of them."""
+    if annotation in (int, float):
+        return True
+    args = [a for a in get_args(annotation) if a is not type(None)]
+    return bool(args) and all(a in (int, float) for a in args)
+
+
 class _Strict(BaseModel):
     # inf/nan reach verl as valid floats and turn into NaN losses steps later.
     model_config = ConfigDict(extra="forbid", validate_assignment=True, allow_inf_nan=False)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _no_booleans_for_numbers(cls, data: Any) -> Any:
+        # pydantic's lax mode reads `true` as 1: `rollout_n: true` would be one rollout, silently.
+        if isinstance(data, dict):
+            for name, field in cls.model_fields.items():
+                if isinstance(data.get(name), bool) and _numeric(field.annotation):
+                    raise ValueError(f"{name} must be a number, not {str(data[name]).lower()}")
+        return data
 
 
 class ModelSpec(_Strict):

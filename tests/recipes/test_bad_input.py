@@ -75,6 +75,7 @@ def _with(**changes) -> dict:
         ({"resources__nnodes": 2}, "resources.nnodes is 2 but no cluster is given"),
         ({"algorithm__lr": float("inf")}, "field 'algorithm.lr': Input should be a finite number"),
         ({"algorithm__kl_loss_coef": float("nan")}, "field 'algorithm.kl_loss_coef': Input should be a finite"),
+        ({"algorithm__rollout_n": True}, "algorithm: rollout_n must be a number, not true"),
     ],
 )
 def test_bad_recipe(workspace, capsys, monkeypatch, changes, message):

@@ -22,7 +22,10 @@ values = st.one_of(scalars, st.lists(scalars, max_size=3), st.text(max_size=20))
 def _outcome(argv: list[str]) -> tuple[int, str]:
     out, err = io.StringIO(), io.StringIO()
     with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
-        code = main(argv)
+        try:
+            code = main(argv)
+        except SystemExit as exit_:  # argparse's usage errors (`npu-rl` exits with the same code)
+            code = exit_.code
     return code, err.getvalue()
 
 
