@@ -98,3 +98,31 @@ def test_wait_honours_its_timeout_when_something_else_answers_on_the_port():
     assert out.returncode == 5  # Exit.CLUSTER_TIMEOUT
     last = out.stderr.strip().splitlines()[-1]
     assert last.startswith("npu-rl: error: no Ray cluster answered at 127.0.0.1:") and "within 3s" in last
+
+
+def test_head_names_a_dead_raylet_in_one_line():
+    work = Path(tempfile.mkdtemp(prefix="nrd", dir="/tmp"))
+    ports = iter(free_ports(1 + len(HEAD_PORT_FLAGS) + len(NODE_PORT_FLAGS)))
+    gcs = next(ports)
+    sockets = f"--raylet-socket-name {work / 'r'} --plasma-store-socket-name {work / 'p'}"
+    env = _env(f"--num-cpus 1 --object-store-memory 80000000 --temp-dir {work / 'ray'} "
+               f"{port_args(HEAD_PORT_FLAGS, ports)} {port_args(NODE_PORT_FLAGS, ports)} {sockets}")
+    log = work / "head.log"
+    head = subprocess.Popen([sys.executable, "-m", "npu_rl", "ray", "head", "--port", str(gcs), "--devices", "1",
+                             "--no-dashboard"], env=env, stdout=open(log, "w"), stderr=subprocess.STDOUT,
+                            start_new_session=True)
+    try:
+        wait_until(lambda: "head up at" in log.read_text() or head.poll() is not None, 120, "the head")
+        raylets = [p for p in psutil.Process(head.pid).children(recursive=True) if "raylet" in p.name()]
+        assert raylets, [p.name() for p in psutil.Process(head.pid).children(recursive=True)]
+        raylets[0].kill()
+        assert head.wait(timeout=60) == 6  # Exit.RAY_FAILED
+        last = log.read_text().strip().splitlines()[-1]
+        assert last.startswith("npu-rl: error: Ray on this head exited on its own"), log.read_text()[-2000:]
+        wait_until(lambda: not processes_naming(str(work / "ray")), 15, "the head's Ray processes to end")
+    finally:
+        if head.poll() is None:
+            head.kill()
+        for p in processes_naming(str(work / "ray")):
+            p.kill()
+        shutil.rmtree(work, ignore_errors=True)
