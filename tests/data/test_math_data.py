@@ -90,7 +90,7 @@ def test_null_and_numeric_cells_are_skipped_and_an_empty_split_is_refused(tmp_pa
     assert main(["data", "math", "--from", str(src), "--out", str(tmp_path / "o")]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and err[0].startswith("npu-rl: error: test: none of the 2 rows has a text problem")
-    assert not (tmp_path / "o").exists()  # nothing half-written
+    assert not list((tmp_path / "o").glob("*.parquet"))  # nothing half-written
     pq.write_table(pa.table({"problem": ["r"], "solution": ["\\boxed{5}"]}), src / "test-00000-of-00001.parquet")
     assert main(["data", "math", "--from", str(src), "--out", str(tmp_path / "o")]) == 0
     assert "train: 2 row(s) without a text problem or a \\boxed answer skipped" in capsys.readouterr().out
