@@ -37,6 +37,16 @@ def free_port(host: str = "127.0.0.1") -> int:
         return s.getsockname()[1]
 
 
+def port_free(port: int, host: str = "0.0.0.0") -> bool:
+    """Whether ``port`` can be bound on ``host`` now (a listener, Ray's or another's, makes it busy)."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        try:
+            s.bind((host, port))
+        except OSError:
+            return False
+    return True
+
+
 def port_open(addr: Address, timeout: float = 2.0) -> bool:
     try:
         with socket.create_connection((addr.host, addr.port), timeout=timeout):

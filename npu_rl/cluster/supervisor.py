@@ -36,7 +36,7 @@ from enum import IntEnum
 from ..errors import UserError
 from . import network, proctree
 from .membership import ClusterTimeout, Expectation, wait_for_cluster
-from .probe import Address, Deadline, backoff, port_open, wait_for_port
+from .probe import Address, Deadline, backoff, port_free, port_open, wait_for_port
 from .raynode import NodeSpec, RayNode, child_env, head_argv, kuberay_argv, worker_argv
 
 
@@ -98,21 +98,11 @@ def _env_for(iface: network.Interface) -> dict[str, str]:
     return child_env(extra)
 
 
-def _refuse_busy_port(ip: str, port: int) -> None:
-    """A GCS port already taken fails here at once, not after ``--start-timeout``."""
-    import socket
-
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        try:
-            s.bind((ip, port))
-        except OSError as err:
-            raise ClusterError(f"port {port} on {ip} is in use ({err.strerror}); pass another --port "
-                               "or stop what listens there", Exit.RAY_FAILED) from None
-
-
 def run_head(opts: HeadOptions) -> int:
     iface = _local_interface(opts.head_host, opts.ifname)
-    _refuse_busy_port(iface.ip, opts.port)
+    if not port_free(opts.port, iface.ip):  # at once, not after --start-timeout
+        raise ClusterError(f"port {opts.port} on {iface.ip} is in use; pass another --port or stop what listens "
+                           "there", Exit.RAY_FAILED)
     env = _env_for(iface)
     spec = NodeSpec(npus=opts.npus, node_ip=iface.ip, dashboard=opts.dashboard, extra_args=opts.extra_args)
     argv = kuberay_argv(opts.kuberay_cmd, iface.ip) if opts.kuberay_cmd else head_argv(spec, opts.port)
@@ -228,7 +218,7 @@ def run_wait(head: Address, want: Expectation, timeout: float) -> int:
 
     def connect_and_wait() -> None:
         try:
-            outcome["nodes"] = wait_for_cluster(head, want, deadline, log)
+            wait_for_cluster(head, want, deadline, log)
         except BaseException as err:  # noqa: BLE001 - handed to the main thread
             outcome["error"] = err
 

@@ -74,9 +74,8 @@ def checkpoint_problem(recipe: Recipe, step: int) -> str | None:
             return "actor/ holds no checkpoint"
     else:
         world = recipe.resources.world_size
-        missing = [f"{kind}_world_size_{world}_rank_{r}.pt" for kind in SHARD_KINDS for r in range(world)
-                   if not (actor / f"{kind}_world_size_{world}_rank_{r}.pt").is_file()
-                   or (actor / f"{kind}_world_size_{world}_rank_{r}.pt").stat().st_size == 0]
+        shards = [actor / f"{kind}_world_size_{world}_rank_{r}.pt" for kind in SHARD_KINDS for r in range(world)]
+        missing = [p.name for p in shards if not p.is_file() or p.stat().st_size == 0]
         if missing:
             return f"{len(missing)} shard(s) missing or empty, e.g. actor/{missing[0]}"
     if not (d / "data.pt").is_file():
@@ -109,8 +108,9 @@ def latest_step(recipe: Recipe) -> int | None:
 
 def damaged_steps(recipe: Recipe) -> list[tuple[int, str]]:
     """Checkpoints newer than the newest complete one, which verl's own resume would pick or trip on."""
-    latest = latest_step(recipe) or 0
-    return [(s, p) for s, p in checkpoints(recipe) if p is not None and s > latest]
+    found = checkpoints(recipe)
+    latest = max((s for s, p in found if p is None), default=0)
+    return [(s, p) for s, p in found if p is not None and s > latest]
 
 
 def rotate_checkpoints(recipe: Recipe) -> list[int]:

@@ -31,16 +31,16 @@ _ERROR_LINE = re.compile(r"^\s*(?:\(\w+ pid=\d+\)\s*)?([A-Za-z_.]*(?:Error|Excep
 
 @dataclass
 class Rehearsal:
+    """A rehearsal that reached the device boundary (one that did not raises UserError)."""
+
     recipe: str
-    complete: bool
     stopped_at: str
     checked: list[str] = field(default_factory=list)
     report: dict = field(default_factory=dict)
     log_file: Path | None = None
 
     def text(self) -> str:
-        head = "passed" if self.complete else "FAILED"
-        lines = [f"npu-rl: rehearsal of {self.recipe} {head}; stopped at {self.stopped_at}"]
+        lines = [f"npu-rl: rehearsal of {self.recipe} passed; stopped at {self.stopped_at}"]
         lines += [f"  checked: {c}" for c in self.checked]
         if self.log_file:
             lines.append(f"  log: {self.log_file}")
@@ -82,11 +82,9 @@ def run_rehearsal(recipe: Recipe, timeout: float = 300.0) -> Rehearsal:
         why = _last_error(log_file.read_text(encoding="utf-8", errors="replace")) or "no error line"
         raise UserError(f"rehearsal of {recipe.name} stopped in verl before the trainer was built: {why} "
                         f"(log: {log_file})", exit_code=1) from None
-    result = Rehearsal(recipe.name, bool(report.get("complete")), report["stopped_at"], report["checked"], report,
-                       log_file)
-    if not result.complete:
+    if not report.get("complete"):
         raise UserError(f"rehearsal of {recipe.name}: {report.get('error')} (log: {log_file})", exit_code=1)
-    return result
+    return Rehearsal(recipe.name, report["stopped_at"], report["checked"], report, log_file)
 
 
 __all__ = ["Rehearsal", "run_rehearsal"]

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import os
 import shutil
-import socket
 import sys
 from dataclasses import dataclass, field
 from functools import cached_property
@@ -18,6 +17,7 @@ from pathlib import Path
 from typing import Callable, Iterable, Literal
 
 from .. import versions
+from ..cluster.probe import port_free
 from ..errors import UserError
 from ..launcher import paths as run_paths
 from ..recipe.schema import Recipe
@@ -261,15 +261,6 @@ def check_checkpoints(ctx: _Context) -> CheckResult:
     return _ok("checkpoints", f"steps {', '.join(map(str, steps))}")
 
 
-def _port_free(port: int) -> bool:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        try:
-            s.bind(("0.0.0.0", port))
-        except OSError:
-            return False
-    return True
-
-
 def required_ports(ctx: _Context) -> list[int]:
     ports = list(ctx.ports)
     base = ctx.recipe.env.get("HCCL_IF_BASE_PORT")
@@ -280,7 +271,7 @@ def required_ports(ctx: _Context) -> list[int]:
 
 def check_ports(ctx: _Context) -> CheckResult:
     ports = required_ports(ctx)
-    busy = [p for p in ports if not _port_free(p)]
+    busy = [p for p in ports if not port_free(p)]
     if busy:
         return _fail("ports", f"port {busy[0]} in use",
                      f"stop the process listening on {busy[0]} (ss -ltnp) or change the port in the recipe env")
