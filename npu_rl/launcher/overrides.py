@@ -42,10 +42,13 @@ def reward_function_path(recipe: Recipe) -> str:
         return str(run_paths.resolve(fn))
     import importlib.util
 
-    spec = importlib.util.find_spec(fn)
-    if spec is None or spec.origin is None:
-        from ..errors import UserError
+    from ..errors import UserError
 
+    try:
+        spec = importlib.util.find_spec(fn)
+    except (ImportError, ValueError):  # "a.b" where a is no package, an empty or malformed name
+        spec = None
+    if spec is None or spec.origin is None:
         raise UserError(f"reward.function: module {fn!r} not found")
     return spec.origin
 

@@ -137,8 +137,8 @@ class RewardWeights(_Strict):
 
 class RewardSpec(_Strict):
     # A module path inside npu_rl (resolved to its installed file) or a .py file path.
-    function: str = "npu_rl.reward.math"
-    name: str = "compute_score"
+    function: str = Field("npu_rl.reward.math", min_length=1)
+    name: str = Field("compute_score", min_length=1)
     manager: Literal["naive", "batch", "prime", "dapo"] = "naive"
     weights: RewardWeights = RewardWeights()
     timeout_s: float = Field(1.0, gt=0)

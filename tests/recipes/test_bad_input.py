@@ -165,3 +165,12 @@ def test_bad_arguments_are_one_line(tmp_path, argv, message):
     assert "Traceback" not in out.stderr
     lines = out.stderr.strip().splitlines()
     assert lines[-1].startswith("npu-rl: error:") and message in lines[-1], out.stderr
+
+
+@pytest.mark.parametrize("function", ["", "npu_rl.reward.math.nope", "..x"])
+def test_reward_modules_that_cannot_be_found(capsys, function):
+    # Found by the fuzz test: an empty name raised ValueError from the import machinery.
+    code = main(["train", "--recipe", "tiny_math_cpu", "--set", f"reward.function='{function}'", "--dry-run"])
+    assert code == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith("npu-rl: error:") and "reward.function" in err[0]
