@@ -47,7 +47,7 @@ def run(workdir: Path, steps: int, eval_limit: int, fresh: bool) -> int:
     t_start = time.monotonic()
     timings: dict[str, float] = {}
 
-    _step("1/6 tiny Qwen2 model (random init + short warm start, no download)")
+    _step("1/6 tiny Qwen2 model (random init + warm start from a fallible teacher, no download)")
     t = time.monotonic()
     model_dir = run_paths.model_dir(recipe)
     if (model_dir / "config.json").is_file():
@@ -56,7 +56,7 @@ def run(workdir: Path, steps: int, eval_limit: int, fresh: bool) -> int:
         _job(["model", "tiny", "--out", str(model_dir), "--recipe", RECIPE])
     timings["model"] = time.monotonic() - t
 
-    _step("2/6 data: bundled MATH-style sample -> verl parquet")
+    _step("2/6 data: bundled MATH-style sample (held-out test split) -> verl parquet")
     t = time.monotonic()
     _job(["data", "math", "--from", "sample", "--out", str(run_paths.resolve(Path(recipe.data.train_files[0]).parent))])
     timings["data"] = time.monotonic() - t
@@ -71,10 +71,11 @@ def run(workdir: Path, steps: int, eval_limit: int, fresh: bool) -> int:
     _job(["merge", "--recipe", RECIPE, "--set", f"algorithm.total_training_steps={steps}"])
     timings["merge"] = time.monotonic() - t
 
-    _step("5/6 evaluate base vs trained on the validation split")
+    _step("5/6 evaluate base vs trained on the held-out split")
     t = time.monotonic()
     _job(["eval", "--recipe", RECIPE, "--limit", str(eval_limit)])
     timings["eval"] = time.monotonic() - t
+    gain = accuracy_gain(recipe)
 
     _step("6/6 training health report")
     t = time.monotonic()
@@ -84,11 +85,21 @@ def run(workdir: Path, steps: int, eval_limit: int, fresh: bool) -> int:
     timings["report"] = time.monotonic() - t
     print(report.to_markdown())
 
-    _summary(recipe, timings, time.monotonic() - t_start, report)
+    _summary(recipe, timings, time.monotonic() - t_start, report, gain)
     return 0
 
 
-def _summary(recipe, timings: dict[str, float], total: float, report) -> None:
+def accuracy_gain(recipe) -> tuple[float, float, int]:
+    """(base, trained, step) held-out accuracy in percent, read back from the table `npu-rl eval` wrote."""
+    from .commands.eval import default_out
+    from .eval.table import CSV_NAME, ResultTable
+
+    table = ResultTable.read_csv(default_out(recipe) / CSV_NAME)
+    (delta,) = [d for d in table.deltas() if d.metric == "accuracy"]
+    return delta.baseline, delta.score, delta.step
+
+
+def _summary(recipe, timings: dict[str, float], total: float, report, gain: tuple[float, float, int]) -> None:
     from .launcher import paths as run_paths
     from .report.scalars import load_run
 
@@ -107,6 +118,8 @@ def _summary(recipe, timings: dict[str, float], total: float, report) -> None:
         print(f"seconds per step      : {statistics.median(step_times):.2f} (median of {len(step_times)})")
     if scores:
         print(f"reward mean per step  : {', '.join(f'{v:.3f}' for v in scores)}")
+    base, trained, at = gain
+    print(f"held-out accuracy     : {base:.2f} -> {trained:.2f} at step {at} ({trained - base:+.2f} points)")
     print(f"checkpoints           : {run_paths.checkpoint_root(recipe)}")
     print(f"merged model          : {run_paths.merged_model_dir(recipe, step) if step else '-'}")
     print(f"tensorboard logs      : {run_paths.tensorboard_dir(recipe)}")
@@ -118,8 +131,8 @@ def _summary(recipe, timings: dict[str, float], total: float, report) -> None:
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m npu_rl.demo", description=__doc__.splitlines()[0])
     p.add_argument("--workdir", type=Path, default=Path("workspace/demo"))
-    p.add_argument("--steps", type=int, default=6, help="GRPO steps to train")
-    p.add_argument("--eval-limit", type=int, default=32, help="validation problems to evaluate")
+    p.add_argument("--steps", type=int, default=48, help="GRPO steps to train")
+    p.add_argument("--eval-limit", type=int, default=64, help="held-out problems to evaluate")
     p.add_argument("--resume", action="store_true", help="keep earlier checkpoints and logs (resume training)")
     args = p.parse_args(argv)
     return run(args.workdir, args.steps, args.eval_limit, fresh=not args.resume)

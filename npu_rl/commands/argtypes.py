@@ -28,6 +28,16 @@ def positive_int(text: str) -> int:
     return value
 
 
+def probability(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
+    if not 0.0 <= value <= 1.0:  # also refuses nan
+        raise argparse.ArgumentTypeError(f"{value} is not a probability in [0, 1]")
+    return value
+
+
 def output_dir(text: str) -> Path:
     """A directory to write into: created if missing; an existing file or an unwritable place is refused."""
     path = Path(text)

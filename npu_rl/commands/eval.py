@@ -33,6 +33,15 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--limit", type=int, help="evaluate only the first N problems")
     p.add_argument("--batch-size", type=int, default=None, help="generation batch size (local default 8, OpenCompass 32)")
     p.add_argument("--dry-run", action="store_true", help="opencompass: write data and configs, print the command")
+    p.add_argument(
+        "--opencompass",
+        metavar="PATH",
+        help="opencompass: the command to run (default: $NPU_RL_OPENCOMPASS, else `opencompass` on PATH, "
+        "else the checkout's .venv-eval/bin/opencompass from `make eval-venv`)",
+    )
+    p.add_argument(
+        "--max-out-len", type=int, default=None, help="opencompass: max_out_len of the model configs (default 1024)"
+    )
     p.set_defaults(func=run)
 
 
@@ -92,8 +101,11 @@ def run(args: argparse.Namespace) -> int:
     if args.limit is not None and args.limit <= 0:
         raise UserError(f"--limit must be positive (got {args.limit})")
     backend = args.backend or ("local" if recipe.resources.platform == "cpu" else "opencompass")
-    if args.dry_run and backend != "opencompass":
-        raise UserError("--dry-run applies to --backend opencompass only")
+    if backend != "opencompass":
+        for flag, value in (("--dry-run", args.dry_run), ("--opencompass", args.opencompass),
+                            ("--max-out-len", args.max_out_len)):
+            if value not in (None, False):
+                raise UserError(f"{flag} applies to --backend opencompass only")
     baseline, trained, step = _models(args, recipe)
     out = args.out or default_out(recipe)
     name = model_name(recipe)
@@ -139,26 +151,51 @@ def _run_opencompass(args, recipe: Recipe, baseline, trained, step, name, out: P
     from ..data.math import find_split_file
     from ..eval import opencompass as oc
     from ..eval.table import ResultTable
+    from ..launcher.prepare import recipe_source_dir
 
+    for flag, value in (("--batch-size", args.batch_size), ("--max-out-len", args.max_out_len)):
+        if value is not None and value <= 0:
+            raise UserError(f"{flag} must be positive (got {value})")
     if not recipe.data.source_dir:
         raise UserError("recipe data.source_dir is not set: OpenCompass needs the raw MATH-lighteval test split")
-    source = _resolve(recipe.data.source_dir)
+    # 'sample' is the bundled MATH-style sample, as for `npu-rl prepare` and `npu-rl data math --from sample`.
+    source = recipe_source_dir(recipe.data.source_dir)
     test_file = find_split_file(source, "test") if source.is_dir() else None
     if test_file is None:
         raise UserError(f"no MATH test split (test-*.parquet) under {source} (data.source_dir)")
+    # Where OpenCompass is, before any file is written (a dry run only prints the command).
+    executable = oc.find_executable(args.opencompass) if args.dry_run else oc.require_executable(args.opencompass)
     rows = oc.read_math_split(test_file)[: args.limit]
     root = out / "opencompass"
     math_json = oc.write_math_json(rows, root / "data")
     entries = ([oc.ModelEntry(f"{name}-hf", baseline, 0, True)] if baseline else []) + [
         oc.ModelEntry(f"{name}-rl-{step}", trained, step)
     ]
-    oc.write_model_configs(root / "configs", entries, batch_size=args.batch_size or 32)
+    oc.write_model_configs(
+        root / "configs",
+        entries,
+        batch_size=args.batch_size or 32,
+        max_out_len=args.max_out_len or 1024,
+        # OpenCompass's LocalRunner places tasks on NPUs; on CPU a task must ask for none.
+        num_gpus=0 if recipe.resources.platform == "cpu" else 1,
+    )
     work_dir = root / "outputs"
-    cmd = oc.build_command(root / "configs", entries, work_dir, max_num_workers=recipe.resources.devices_per_node)
+    cmd = oc.build_command(
+        root / "configs",
+        entries,
+        work_dir,
+        max_num_workers=recipe.resources.devices_per_node,
+        executable=executable or "opencompass",
+    )
     env = oc.command_env(root / "data")
     print(f"{len(rows)} problems -> {math_json}")
-    print(f"COMPASS_DATA_CACHE={shlex.quote(env['COMPASS_DATA_CACHE'])} {shlex.join(cmd)}", flush=True)
+    data_env = f"COMPASS_DATA_CACHE={shlex.quote(env['COMPASS_DATA_CACHE'])}"
+    print(f"cd {shlex.quote(str(root))} && {data_env} {shlex.join(cmd)}", flush=True)
     if args.dry_run:
         return None
-    oc.run(cmd, env, root / "opencompass.log")
-    return ResultTable(oc.parse_summary(oc.find_summary(work_dir), entries))
+    earlier = oc.run_dirs(work_dir)
+    # OpenCompass writes its task parameters to ./tmp: run it inside our folder.
+    oc.run(cmd, env, root / "opencompass.log", cwd=root)
+    summary = oc.find_summary(work_dir, exclude=earlier)
+    print(f"OpenCompass summary: {summary}")
+    return ResultTable(oc.parse_summary(summary, entries))

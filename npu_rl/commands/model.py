@@ -1,11 +1,10 @@
-"""`npu-rl model tiny|fetch`: put a model where the recipe expects it."""
+"""`npu-rl model tiny|fetch|fp8-cast`: put a model where the recipe expects it."""
 
 from __future__ import annotations
 
 import argparse
 
-from .argtypes import output_dir, positive_int
-
+from .argtypes import output_dir, positive_int, probability
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -19,8 +18,12 @@ def register(sub: argparse._SubParsersAction) -> None:
     t.add_argument("--hidden-size", type=positive_int, default=64)
     t.add_argument("--layers", type=positive_int, default=2)
     t.add_argument("--seed", type=int, default=0)
-    t.add_argument("--warm-start-steps", type=int, default=400,
+    t.add_argument("--warm-start-steps", type=int, default=1000,
                    help="teacher-forcing steps on the sample's worked answers (0: leave it random)")
+    t.add_argument("--sign-error", type=probability, default=0.5,
+                   help="how often the warm start's teacher gets the answer's sign wrong (default 0.5)")
+    t.add_argument("--format-error", type=probability, default=0.6,
+                   help="how often the warm start's teacher leaves the answer unboxed (default 0.6)")
     t.set_defaults(func=_tiny)
 
     f = msub.add_parser("fetch", help="download REPO_ID (or copy a local dir) and apply the recipe's tokenizer config")
@@ -29,9 +32,16 @@ def register(sub: argparse._SubParsersAction) -> None:
     f.add_argument("--recipe", default=None, help="recipe whose model.tokenizer_config to apply")
     f.set_defaults(func=_fetch)
 
+    c = msub.add_parser("fp8-cast", help="cast a DeepSeek-V3/R1 FP8 HF checkpoint to BF16 on the CPU (resumable)")
+    # Flag names as DeepSeek's inference/fp8_cast_bf16.py, which this replaces (it needs CUDA and triton).
+    c.add_argument("--input-fp8-hf-path", required=True, metavar="DIR", help="the FP8 checkpoint as published")
+    c.add_argument("--output-bf16-hf-path", required=True, metavar="DIR",
+                   help="where the BF16 checkpoint goes; shards already there are kept (a rerun resumes)")
+    c.set_defaults(func=_fp8_cast)
+
 
 def _tiny(args: argparse.Namespace) -> int:
-    from ..data.sample import generate
+    from ..data.sample import generate, splits
     from ..model.tiny import build_tiny_model
     from ..model.tokenizer_override import resolve_override
     from ..recipe import load_recipe
@@ -47,9 +57,20 @@ def _tiny(args: argparse.Namespace) -> int:
     if args.warm_start_steps > 0:
         from ..model.warmstart import warm_start
 
-        loss = warm_start(out, generate(256, seed=1), steps=args.warm_start_steps, seed=args.seed)
+        # The RL train split: the held-out test split stays unseen until evaluation.
+        loss = warm_start(out, splits()["train"], steps=args.warm_start_steps, sign_error=args.sign_error,
+                          format_error=args.format_error, seed=args.seed)
         print(f"warm start: {args.warm_start_steps} steps, final loss {loss:.3f}")
     print(f"tiny model: {out}")
+    return 0
+
+
+def _fp8_cast(args: argparse.Namespace) -> int:
+    from pathlib import Path
+
+    from ..model.fp8_cast import cast_checkpoint
+
+    cast_checkpoint(Path(args.input_fp8_hf_path), Path(args.output_bf16_hf_path))
     return 0
 
 

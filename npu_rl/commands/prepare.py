@@ -17,6 +17,8 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help="where to fetch the model from when it is missing (default: model.hub_id)")
     p.add_argument("--data-source", default=None, metavar="DIR",
                    help="raw MATH-lighteval parquet directory, or 'sample' (default: data.source_dir, else the hub)")
+    p.add_argument("--dry-run", action="store_true",
+                   help="print what would be fetched, converted and run (the weight-conversion commands), run nothing")
     p.set_defaults(func=run)
 
 
@@ -25,5 +27,10 @@ def run(args: argparse.Namespace) -> int:
     from .data import source_path
 
     recipe = load_recipe(args.recipe, parse_set_args(args.set))
+    if args.dry_run:
+        from ..launcher.prepare import describe
+
+        print("\n".join(describe(recipe)))
+        return 0
     prepare(recipe, model_source=args.model_source or None, data_source=source_path(args.data_source))
     return 0

@@ -9,8 +9,8 @@ are the normal input (clusters are offline), and the hub is the fallback.
 from __future__ import annotations
 
 import json
+from collections.abc import Iterable, Iterator
 from pathlib import Path
-from typing import Iterable, Iterator
 
 from ..errors import UserError
 

@@ -1,59 +1,92 @@
 """The demo's MATH-style sample, written by the npu-rl team (no third-party data).
 
+Simple algebra whose answer is a number from the problem with the right sign:
+solve ``x + 7 = 0``, ``|-7|``, ``-(-7)``, ``7 \\times (-1)``... A tiny CPU model
+learns to copy the number quickly; whether the sign is right depends on the
+problem's form, which is what GRPO has to learn in the demo (see
+``npu_rl.model.warmstart``: the warm start imitates a teacher that gets the sign
+wrong half the time).
+
 Problems are generated deterministically in MATH-lighteval's schema (problem,
 level, type, solution with a final ``\\boxed{}``) and committed as parquet under
 configs/data/math-sample/ so that the demo exercises the same conversion path as
-real data. ``python -m npu_rl.data.sample`` regenerates the files.
+real data. The test split is held out: no test problem occurs in the train split.
+``python -m npu_rl.data.sample`` regenerates the files.
 """
 
 from __future__ import annotations
 
 import random
-from fractions import Fraction
+from collections.abc import Callable
 from pathlib import Path
 
 from ..paths import config_dir
 
-
-def _add(rng: random.Random) -> dict:
-    a, b = rng.randint(2, 60), rng.randint(2, 60)
-    return {"problem": f"What is ${a} + {b}$?", "type": "Prealgebra", "level": "Level 1",
-            "solution": f"Adding the two numbers gives ${a} + {b} = \\boxed{{{a + b}}}$."}
+VARIABLES = "xyzatmnk"
+MAX_NUMBER = 99
 
 
-def _mul(rng: random.Random) -> dict:
-    a, b = rng.randint(2, 12), rng.randint(2, 12)
-    return {"problem": f"Compute ${a} \\times {b}$.", "type": "Prealgebra", "level": "Level 1",
-            "solution": f"${a} \\times {b} = \\boxed{{{a * b}}}$."}
+def _solve_plus(rng: random.Random) -> tuple[str, str, str]:
+    v, n = rng.choice(VARIABLES), rng.randint(1, MAX_NUMBER)
+    return (f"Solve for ${v}$: ${v} + {n} = 0$.", "Algebra",
+            f"Subtract {n} from both sides: ${v} = \\boxed{{{-n}}}$.")
 
 
-def _linear(rng: random.Random) -> dict:
-    x, a, b = rng.randint(-9, 9), rng.randint(2, 9), rng.randint(1, 20)
-    c = a * x + b
-    return {"problem": f"Solve for $x$: ${a}x + {b} = {c}$.", "type": "Algebra", "level": "Level 2",
-            "solution": f"Subtract {b} from both sides: ${a}x = {c - b}$. Divide by {a}: $x = \\boxed{{{x}}}$."}
+def _solve_minus(rng: random.Random) -> tuple[str, str, str]:
+    v, n = rng.choice(VARIABLES), rng.randint(1, MAX_NUMBER)
+    return (f"Solve for ${v}$: ${v} - {n} = 0$.", "Algebra",
+            f"Add {n} to both sides: ${v} = \\boxed{{{n}}}$.")
 
 
-def _fraction(rng: random.Random) -> dict:
-    num, den, k = rng.randint(1, 9), rng.randint(2, 10), rng.randint(2, 6)
-    f = Fraction(num, den)
-    ans = str(f.numerator) if f.denominator == 1 else f"\\frac{{{f.numerator}}}{{{f.denominator}}}"
-    return {"problem": f"Simplify $\\frac{{{num * k}}}{{{den * k}}}$.", "type": "Prealgebra", "level": "Level 2",
-            "solution": f"Divide numerator and denominator by their greatest common divisor to get $\\boxed{{{ans}}}$."}
+def _abs_negative(rng: random.Random) -> tuple[str, str, str]:
+    n = rng.randint(1, MAX_NUMBER)
+    return (f"What is $|-{n}|$?", "Prealgebra",
+            f"The absolute value of a negative number is its opposite: $\\boxed{{{n}}}$.")
 
 
-def _square(rng: random.Random) -> dict:
-    n = rng.randint(2, 20)
-    return {"problem": f"What is the positive square root of ${n * n}$?", "type": "Algebra", "level": "Level 1",
-            "solution": f"Since ${n}^2 = {n * n}$, the answer is $\\boxed{{{n}}}$."}
+def _double_negative(rng: random.Random) -> tuple[str, str, str]:
+    n = rng.randint(1, MAX_NUMBER)
+    return f"Simplify $-(-{n})$.", "Prealgebra", f"The opposite of the opposite is the number: $\\boxed{{{n}}}$."
 
 
-GENERATORS = (_add, _mul, _linear, _fraction, _square)
+def _times_minus_one(rng: random.Random) -> tuple[str, str, str]:
+    n = rng.randint(1, MAX_NUMBER)
+    return (f"Compute ${n} \\times (-1)$.", "Prealgebra",
+            f"Multiplying by $-1$ changes the sign: $\\boxed{{{-n}}}$.")
 
 
-def generate(n: int, seed: int) -> list[dict]:
+def _negated_abs(rng: random.Random) -> tuple[str, str, str]:
+    n = rng.randint(1, MAX_NUMBER)
+    return (f"What is $-|{n}|$?", "Prealgebra",
+            f"The absolute value is {n}, and its opposite is $\\boxed{{{-n}}}$.")
+
+
+GENERATORS: tuple[Callable[[random.Random], tuple[str, str, str]], ...] = (
+    _solve_plus, _solve_minus, _abs_negative, _double_negative, _times_minus_one, _negated_abs,
+)  # fmt: skip
+
+
+def generate(n: int, seed: int, exclude: set[str] | frozenset[str] = frozenset()) -> list[dict]:
+    """``n`` distinct problems cycling through the forms; none whose text is in ``exclude``."""
     rng = random.Random(seed)
-    return [GENERATORS[i % len(GENERATORS)](rng) for i in range(n)]
+    seen, rows = set(exclude), []
+    attempt = 0
+    while len(rows) < n:
+        problem, kind, solution = GENERATORS[attempt % len(GENERATORS)](rng)
+        attempt += 1
+        if attempt > 100 * n:
+            raise ValueError(f"cannot draw {n} distinct problems outside the {len(exclude)} excluded")
+        if problem in seen:
+            continue
+        seen.add(problem)
+        rows.append({"problem": problem, "type": kind, "level": "Level 1", "solution": solution})
+    return rows
+
+
+def splits(n_train: int = 256, n_test: int = 64) -> dict[str, list[dict]]:
+    """The train split and a test split that shares no problem with it."""
+    train = generate(n_train, seed=1)
+    return {"train": train, "test": generate(n_test, seed=2, exclude={r["problem"] for r in train})}
 
 
 def sample_dir() -> Path:
@@ -64,12 +97,10 @@ def write_sample(out: Path | None = None, n_train: int = 256, n_test: int = 64) 
     from .math import write_parquet
 
     out = out or sample_dir()
-    paths = {
-        "train": out / "train-00000-of-00001.parquet",
-        "test": out / "test-00000-of-00001.parquet",
-    }
-    write_parquet(generate(n_train, seed=1), paths["train"])
-    write_parquet(generate(n_test, seed=2), paths["test"])
+    paths = {}
+    for split, rows in splits(n_train, n_test).items():
+        paths[split] = out / f"{split}-00000-of-00001.parquet"
+        write_parquet(rows, paths[split])
     return paths
 
 

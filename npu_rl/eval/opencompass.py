@@ -5,8 +5,19 @@
    ``COMPASS_DATA_CACHE=<data root>`` points it there instead of downloading);
 2. one ``HuggingFacewithChatTemplate`` model config per model, in a config dir
    passed with ``--config-dir`` so nothing inside the OpenCompass install changes;
-3. ``opencompass --models ... --datasets math_gen_a58d9d`` runs in the eval image;
+3. ``opencompass --models ... --datasets math_gen_a58d9d`` runs in the eval image, or
+   in the eval environment of a checkout (``make eval-venv``: ``.venv-eval``, apart
+   from training's ``.venv`` because OpenCompass 0.5.4 needs ``datasets<4``);
 4. its summary CSV (``<work dir>/<time>/summary/summary_<time>.csv``) becomes our table.
+
+Checked against opencompass 0.5.4 running for real (tests/eval/test_opencompass.py):
+``opencompass/cli/main.py`` (flags, ``<work dir>/<time>/`` per run),
+``utils/run.py`` (``--config-dir`` models are found under ``<dir>/models``, datasets
+fall back to the package's own ``configs/datasets``), ``utils/datasets.py``
+(``opencompass/math`` -> ``$COMPASS_DATA_CACHE/data/math/``), ``runners/local.py``
+(``run_cfg.num_gpus`` must be 0 without accelerators; task params go to ``./tmp`` of
+the working directory; a failed task does not change the exit status) and
+``summarizers/default.py`` (the CSV).
 """
 
 from __future__ import annotations
@@ -25,8 +36,29 @@ from .table import Row
 
 DATASET_CONFIG = "math_gen_a58d9d"
 # OpenCompass names the dataset by its config abbr; the recipe's table calls it by its source.
-DATASET_LABELS = {"math": "MATH-lighteval"}
+DATASET_ABBR = "math"
+DATASET_LABELS = {DATASET_ABBR: "MATH-lighteval"}
 MATH_JSON_FIELDS = ("problem", "level", "type", "solution")
+# Where `npu-rl eval` looks for the OpenCompass command: --opencompass, this variable,
+# PATH (the eval image), then the checkout's eval environment.
+EXECUTABLE_ENV = "NPU_RL_OPENCOMPASS"
+EVAL_VENV = ".venv-eval"
+# The eval environment of a checkout (`make eval-venv`, CI): each package with its pin in
+# configs/versions.yaml. configs/eval/requirements.txt is this list printed by
+# `python -m npu_rl.eval.opencompass requirements` (a test keeps the two equal).
+EVAL_REQUIREMENTS = (
+    ("opencompass", "eval.opencompass"),
+    # The CPU wheel in a checkout, as for training (the eval image keeps its torch_npu build).
+    ("torch", "cpu.torch"),
+    ("transformers", "common.transformers"),
+    # pyarrow 24+ needs NumPy 2, and OpenCompass 0.5.4 needs numpy<2 (datasets imports pyarrow).
+    ("numpy", "cpu.numpy"),
+    ("pyarrow", "cpu.pyarrow"),
+    # math_gen_a58d9d grades with MATHVerifyEvaluator, which imports math_verify (not an
+    # OpenCompass dependency); the training reward's version and ANTLR runtime.
+    ("math-verify[antlr4-9-3]", "reward.math_verify"),
+    ("antlr4-python3-runtime", "reward.antlr4_python3_runtime"),
+)
 
 
 @dataclass(frozen=True)
@@ -91,7 +123,11 @@ def write_math_json(rows: list[dict], data_root: Path) -> Path:
 
 
 def model_config_text(entry: ModelEntry, *, max_out_len: int = 1024, batch_size: int = 32, num_gpus: int = 1) -> str:
-    """The recipe's hf_qwen2_5_1_5b_instruct.py with our path and abbr filled in."""
+    """The recipe's hf_qwen2_5_1_5b_instruct.py with our path and abbr filled in.
+
+    ``num_gpus`` is the devices one inference task takes (OpenCompass's LocalRunner
+    counts NPUs where torch_npu is present); 0 runs the task on the CPU.
+    """
     return (
         "# Written by `npu-rl eval --backend opencompass`; regenerated on every run.\n"
         "from opencompass.models import HuggingFacewithChatTemplate\n\n"
@@ -119,6 +155,49 @@ def write_model_configs(config_dir: Path, entries: list[ModelEntry], **kw) -> li
     return paths
 
 
+def find_executable(explicit: str | os.PathLike | None = None, *, project_root: Path | None = None) -> str | None:
+    """The ``opencompass`` command to run: ``explicit`` (``--opencompass``), else
+    ``$NPU_RL_OPENCOMPASS``, else ``opencompass`` on PATH (the eval image), else the
+    checkout's ``.venv-eval/bin/opencompass``; None when there is none.
+
+    A path that was asked for (option or variable) must be an executable file."""
+    for given, what in ((explicit, "--opencompass"), (os.environ.get(EXECUTABLE_ENV) or None, EXECUTABLE_ENV)):
+        if given is None:
+            continue
+        given = str(given)
+        if os.sep not in given:
+            hit = shutil.which(given)
+            if hit is None:
+                raise UserError(f"{what}: {given!r} is not a command on PATH")
+            return hit
+        path = Path(given).expanduser()
+        if not path.is_file() or not os.access(path, os.X_OK):
+            raise UserError(f"{what}: {path} is not an executable file (the eval environment's bin/opencompass)")
+        return str(path.absolute())
+    hit = shutil.which("opencompass")
+    if hit is not None:
+        return hit
+    if project_root is None:
+        from ..paths import project_root as _root
+
+        project_root = _root()
+    venv = project_root / EVAL_VENV / "bin" / "opencompass"
+    if venv.is_file() and os.access(venv, os.X_OK):
+        return str(venv)
+    return None
+
+
+def require_executable(explicit: str | os.PathLike | None = None) -> str:
+    found = find_executable(explicit)
+    if found is None:
+        raise UserError(
+            "'opencompass' is not installed here: it runs in the eval image, or in the eval environment "
+            f"of a checkout (`make eval-venv`, or point --opencompass / {EXECUTABLE_ENV} at its "
+            "bin/opencompass); or use --backend local, or --dry-run to only write the data and configs"
+        )
+    return found
+
+
 def build_command(
     config_dir: Path, entries: list[ModelEntry], work_dir: Path, *, max_num_workers: int = 1, executable: str = "opencompass"
 ) -> list[str]:
@@ -141,21 +220,34 @@ def build_command(
 def command_env(data_root: Path, base: dict[str, str] | None = None) -> dict[str, str]:
     env = dict(os.environ if base is None else base)
     env["COMPASS_DATA_CACHE"] = str(data_root)
-    # The clusters are offline: a missing math.json must fail, not start a download.
+    # The clusters are offline: a missing math.json must fail, not start a download; the
+    # models are local directories.
     env.setdefault("HF_DATASETS_OFFLINE", "1")
+    env.setdefault("HF_HUB_OFFLINE", "1")
     return env
 
 
-def run(cmd: list[str], env: dict[str, str], log_path: Path) -> None:
-    """Run OpenCompass, echoing its output and keeping a copy next to the results."""
-    if shutil.which(cmd[0]) is None:
+def run_dirs(work_dir: Path) -> set[str]:
+    """The per-run folders (``<time>``) OpenCompass has made under ``work_dir`` so far."""
+    return {p.name for p in work_dir.iterdir() if p.is_dir()} if work_dir.is_dir() else set()
+
+
+def run(cmd: list[str], env: dict[str, str], log_path: Path, cwd: Path | None = None) -> None:
+    """Run OpenCompass in ``cwd`` (it writes ``tmp/`` there), echoing its output and
+    keeping a copy next to the results."""
+    if os.sep not in cmd[0] and shutil.which(cmd[0]) is None:
         raise UserError(
-            f"{cmd[0]!r} is not installed here: OpenCompass runs in the eval image "
+            f"{cmd[0]!r} is not installed here: OpenCompass runs in the eval image or the eval environment "
             "(or use --backend local, or --dry-run to only write the data and configs)"
         )
     log_path.parent.mkdir(parents=True, exist_ok=True)
     with open(log_path, "w", encoding="utf-8") as log:
-        proc = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        try:
+            proc = subprocess.Popen(
+                cmd, env=env, cwd=cwd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, errors="replace"
+            )
+        except OSError as err:
+            raise UserError(f"cannot run {cmd[0]}: {err}") from None
         assert proc.stdout is not None
         for line in proc.stdout:
             print(line, end="", flush=True)
@@ -168,19 +260,41 @@ def run(cmd: list[str], env: dict[str, str], log_path: Path) -> None:
 # --- results ------------------------------------------------------------------------------
 
 
-def find_summary(work_dir: Path) -> Path:
-    """The newest summary CSV OpenCompass wrote under ``work_dir`` (one timestamped folder per run)."""
-    hits = sorted(work_dir.glob("*/summary/summary_*.csv"))
+def find_summary(work_dir: Path, exclude: set[str] | frozenset[str] = frozenset()) -> Path:
+    """The newest summary CSV OpenCompass wrote under ``work_dir`` (one timestamped folder
+    per run), ignoring the run folders in ``exclude`` (those from before this run)."""
+    hits = sorted(p for p in work_dir.glob("*/summary/summary_*.csv") if p.parent.parent.name not in exclude)
     if not hits:
-        raise UserError(f"no OpenCompass summary CSV under {work_dir}/*/summary/")
+        raise UserError(f"OpenCompass wrote no summary CSV under {work_dir}/*/summary/ (see its output above)")
     return hits[-1]
+
+
+def task_logs(run_dir: Path, entry: ModelEntry, stage: str = "infer") -> list[Path]:
+    """The output of one model's tasks (``math.out``, or ``math_0.out``, ``math_1.out``...
+    when ``--max-num-workers`` splits the dataset), as OpenCompass's LocalRunner keeps it."""
+    return sorted((run_dir / "logs" / stage / entry.abbr).glob(f"{DATASET_ABBR}*.out"))
+
+
+def _last_error(logs: list[Path]) -> str:
+    """The last line of the task logs that names an error (the exception), if any."""
+    for log in logs:
+        try:
+            lines = log.read_text(encoding="utf-8", errors="replace").splitlines()
+        except OSError:
+            continue
+        for line in reversed(lines):
+            if re.search(r"(Error|Exception)\b", line):
+                return line.strip()[:300]
+    return ""
 
 
 def parse_summary(path: Path, entries: list[ModelEntry]) -> list[Row]:
     """Rows of our table from OpenCompass's summary CSV.
 
     Its header is ``dataset,version,metric,mode,<model abbr>...`` and each cell a
-    score with two decimals, or ``-`` where that model has no result.
+    score with two decimals, or ``-`` where that model has no result (a dataset without
+    any result has ``-`` as version, metric and mode too). Every model must have a score:
+    OpenCompass exits 0 when a task fails, so a missing one is an error naming its log.
     """
     by_abbr = {e.abbr: e for e in entries}
     with open(path, encoding="utf-8", newline="") as f:
@@ -200,10 +314,65 @@ def parse_summary(path: Path, entries: list[ModelEntry]) -> list[Row]:
             for abbr, cell in zip(model_cols, rec[4:]):
                 if cell.strip() in ("", "-"):
                     continue
+                try:
+                    score = float(cell)
+                except ValueError:
+                    raise UserError(f"{path}: {abbr} on {dataset}: score {cell!r} is not a number") from None
                 e = by_abbr[abbr]
-                rows.append(Row(abbr, e.step, DATASET_LABELS.get(dataset, dataset), metric, float(cell), e.baseline))
+                rows.append(Row(abbr, e.step, DATASET_LABELS.get(dataset, dataset), metric, score, e.baseline))
     if not rows:
         raise UserError(f"{path}: no scores (every cell is '-'; see the OpenCompass logs)")
+    scored = {r.model for r in rows}
+    missing = [e for e in entries if e.abbr not in scored]
+    if missing:
+        run_dir = path.parent.parent
+        parts = []
+        for e in missing:
+            logs = task_logs(run_dir, e)
+            err = _last_error(logs)
+            where = run_dir / "logs" / "infer" / e.abbr
+            parts.append(f"{e.abbr} (see {where}/{': ' + err if err else ''})")
+        raise UserError(f"{path}: OpenCompass has no score for {'; '.join(parts)}")
     # Baseline first, then by step, as in the recipe's table.
     rows.sort(key=lambda r: (not r.baseline, r.step))
     return rows
+
+
+# --- the eval environment -----------------------------------------------------------------
+
+
+def eval_requirements(pins: dict | None = None) -> list[str]:
+    """pip requirement lines of the eval environment, pinned from configs/versions.yaml."""
+    from .. import versions
+
+    out = []
+    for name, key in EVAL_REQUIREMENTS:
+        value = str(versions.get(key, pins))
+        out.append(f"{name}{value if value[:1] in '<>=!~' else '==' + value}")
+    return out
+
+
+def requirements_text(pins: dict | None = None) -> str:
+    return (
+        "# The eval environment (OpenCompass), apart from training's .venv: opencompass 0.5.4\n"
+        "# needs datasets<4. Generated from configs/versions.yaml by\n"
+        "#   python -m npu_rl.eval.opencompass requirements > configs/eval/requirements.txt\n"
+        "# `make eval-venv` installs it into .venv-eval; change a pin in versions.yaml, not here.\n"
+        + "\n".join(eval_requirements(pins))
+        + "\n"
+    )
+
+
+def main(argv: list[str] | None = None) -> int:
+    import sys
+
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if argv == ["requirements"]:
+        sys.stdout.write(requirements_text())
+        return 0
+    print("usage: python -m npu_rl.eval.opencompass requirements", file=sys.stderr)
+    return 2
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

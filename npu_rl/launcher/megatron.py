@@ -8,12 +8,15 @@ for that cannot be expressed fails here with a one-line error instead of being d
 
 from __future__ import annotations
 
+import importlib.util
+from pathlib import Path
+
 from ..errors import UserError
 from ..recipe.schema import Recipe
 from ..reshard.layout import InferLayout, TrainLayout
 from ..reshard.planner import BUCKET_ENV
-from .paths import resolve
 from .overrides import hydra_value
+from .paths import resolve
 
 ACTOR = "actor_rollout_ref.actor.megatron"
 REF = "actor_rollout_ref.ref.megatron"
@@ -74,13 +77,25 @@ def megatron_overrides(recipe: Recipe) -> list[str]:
     if recipe.resources.platform != "cpu":
         # MindSpeed's flash attention is mandatory on NPU (MindSpeed's verl guide).
         out.append(f"+{TF}.use_flash_attn=True")
-    if roll.expert_parallel:
-        # verl 0.6.1 requires rollout EP == TP * DP; the recipe spreads experts over every rollout rank.
-        world = recipe.resources.world_size
+    # Rollout EP/DP is not verl's rollout.data_parallel_size / expert_parallel_size here: in verl
+    # 0.6.1's synchronous rollout nothing passes them to vLLM, and the megatron worker would fold
+    # TP * DP ranks into one rollout group that generates the whole batch on every rank
+    # (megatron_workers.py _build_rollout). They reach the engine through engine_kwargs and
+    # VLLM_DP_SIZE instead (npu_rl.launcher.overrides.rollout_engine_overrides, npu_rl.patches.vllm_dp).
+    rc = act.recompute
+    if rc is not None and recipe.model.enable_gradient_checkpointing:
+        # Keys of verl's override_transformer_config (engine/megatron.yaml), default null = no recompute.
         out += [
-            f"{ROLLOUT}.data_parallel_size={world // roll.tensor_model_parallel_size}",
-            f"{ROLLOUT}.expert_parallel_size={world}",
+            f"{TF}.recompute_granularity={rc.granularity}",
+            f"{TF}.recompute_method={hydra_value(rc.method)}",
+            f"{TF}.recompute_num_layers={hydra_value(rc.num_layers)}",
         ]
+    if act.swap_optimizer:
+        # verl 0.6.1 hands override_transformer_config to MindSpeed's repatch() in every megatron
+        # worker (megatron_workers.py ActorRolloutRefWorker.__init__), which reads MindSpeed's feature
+        # switches from it; Megatron-core's TransformerConfig then drops the unknown key
+        # (verl models/mcore/config_converter.py check_and_construct_configs).
+        out.append(f"+{TF}.swap_optimizer=True")
     conv = recipe.prepare.weight_conversion
     if conv is not None:
         for prefix in (ACTOR, REF):
@@ -116,27 +131,65 @@ def reshard_layouts(recipe: Recipe) -> tuple[TrainLayout, InferLayout]:
         ep=act.expert_model_parallel_size,
         layers_per_stage=tuple(act.layers_per_stage) if act.layers_per_stage else None,
     )
-    infer = InferLayout(world, tp=roll.tensor_model_parallel_size, ep=world if roll.expert_parallel else 1)
+    ep = roll.tensor_model_parallel_size * (roll.data_parallel_size or 1) if roll.expert_parallel else 1
+    infer = InferLayout(world, tp=roll.tensor_model_parallel_size, ep=ep)
     return train, infer
+
+
+# npu-rl's own FP8 -> BF16 cast (npu_rl.model.fp8_cast): torch on the CPU, so it runs on an Ascend host.
+FP8_CAST = ["python", "-m", "npu_rl", "model", "fp8-cast"]
+# verl's HF -> Megatron dist-checkpoint converter, relative to the directory that holds the verl
+# package: the checkout in the image (/opt/verl, docker/Dockerfile) or site-packages for the wheel,
+# which ships scripts/ as a top-level package (verl 0.6.1 RECORD).
+VERL_CONVERTER = Path("scripts/converter_hf_to_mcore.py")
+# Filled per node when a distributed conversion starts (npu_rl.launcher.prepare).
+NODE_RANK, MASTER_ADDR = "{node_rank}", "{master_addr}"
+CONVERTER_PORT = 29531
+
+
+def verl_converter() -> Path:
+    """converter_hf_to_mcore.py of the verl this interpreter imports (without importing it)."""
+    spec = importlib.util.find_spec("verl")
+    if spec is None or not spec.origin:
+        raise UserError("prepare.weight_conversion: verl is not installed here, so its converter_hf_to_mcore.py "
+                        "cannot be found (run in the training image, or set prepare.weight_conversion.converter_script)")
+    return Path(spec.origin).parent.parent / VERL_CONVERTER
+
+
+def converter_script(recipe: Recipe) -> Path:
+    conv = recipe.prepare.weight_conversion
+    return resolve(conv.converter_script) if conv.converter_script else verl_converter()
+
+
+def converter_nodes(recipe: Recipe) -> int:
+    """How many nodes the HF -> Megatron conversion runs on (1: one local process group)."""
+    conv = recipe.prepare.weight_conversion
+    return recipe.resources.nnodes if conv is not None and conv.distributed else 1
 
 
 def prepare_commands(recipe: Recipe) -> list[list[str]]:
     """The weight-conversion prepare job, as argv lists run in order inside the training image:
-    DeepSeek's FP8 -> BF16 cast (when ``bf16_path`` is set), then verl's HF -> Megatron dist
-    checkpoint converter."""
+    npu-rl's FP8 -> BF16 cast (when ``bf16_path`` is set), then verl's HF -> Megatron dist
+    checkpoint converter, under torchrun across the job's nodes when it is distributed (the
+    ``{node_rank}`` / ``{master_addr}`` fields are filled per node when it starts)."""
     conv = recipe.prepare.weight_conversion
     if conv is None:
         return []
     cmds = []
     hf = resolve(conv.hf_path)
     if conv.bf16_path:
-        cmds.append([
-            "python", str(resolve(conv.fp8_cast_script)),
-            "--input-fp8-hf-path", str(hf), "--output-bf16-hf-path", str(resolve(conv.bf16_path)),
-        ])
+        cmds.append([*FP8_CAST, "--input-fp8-hf-path", str(hf), "--output-bf16-hf-path", str(resolve(conv.bf16_path))])
         hf = resolve(conv.bf16_path)
-    cmds.append([
-        "python", str(resolve(conv.converter_script)),
-        "--hf_model_path", str(hf), "--output_path", str(resolve(conv.mcore_path)), "--use_cpu_initialization",
-    ])
+    launch = ["python"]
+    nodes = converter_nodes(recipe)
+    if nodes > 1 or conv.nproc_per_node > 1:
+        # verl's documented distributed conversion (scripts/converter_hf_to_mcore.py _init_args):
+        # torchrun with one rank per pipeline stage of the conversion; `python -m torch.distributed.run`
+        # is torchrun on this interpreter.
+        launch = ["python", "-m", "torch.distributed.run", "--nnodes", str(nodes),
+                  "--nproc_per_node", str(conv.nproc_per_node), "--node_rank", NODE_RANK,
+                  "--master_addr", MASTER_ADDR, "--master_port", str(CONVERTER_PORT)]
+    argv = [*launch, str(converter_script(recipe)),
+            "--hf_model_path", str(hf), "--output_path", str(resolve(conv.mcore_path)), "--use_cpu_initialization"]
+    cmds.append(argv)
     return cmds

@@ -95,7 +95,8 @@ def build_overrides(recipe: Recipe, resume_from: Path | None = None, restart: bo
         ("actor_rollout_ref.rollout.temperature", ro.temperature),
         ("actor_rollout_ref.rollout.do_sample", ro.do_sample),
         ("actor_rollout_ref.rollout.log_prob_micro_batch_size_per_gpu", act.log_prob_micro_batch_size_per_device),
-        ("actor_rollout_ref.ref.log_prob_micro_batch_size_per_gpu", act.log_prob_micro_batch_size_per_device),
+        ("actor_rollout_ref.ref.log_prob_micro_batch_size_per_gpu",
+         act.ref_log_prob_micro_batch_size_per_device or act.log_prob_micro_batch_size_per_device),
         ("trainer.critic_warmup", a.critic_warmup),
         ("trainer.total_epochs", a.total_epochs),
         ("trainer.logger", list(log.backends)),
@@ -125,6 +126,12 @@ def build_overrides(recipe: Recipe, resume_from: Path | None = None, restart: bo
         kv.append(("data.dataloader_num_workers", d.dataloader_num_workers))
     if ro.max_num_batched_tokens is not None:
         kv.append(("actor_rollout_ref.rollout.max_num_batched_tokens", ro.max_num_batched_tokens))
+    # Set only when the recipe sets them, so recipes without them keep verl's defaults (and their argv).
+    for key in ("top_k", "top_p", "max_num_seqs", "enable_prefix_caching"):
+        if getattr(ro, key) is not None:
+            kv.append((f"actor_rollout_ref.rollout.{key}", getattr(ro, key)))
+    if a.balance_batch is not None:
+        kv.append(("trainer.balance_batch", a.balance_batch))
     if act.strategy != "megatron":
         kv += [
             ("actor_rollout_ref.model.enable_gradient_checkpointing", m.enable_gradient_checkpointing),
@@ -153,8 +160,51 @@ def build_overrides(recipe: Recipe, resume_from: Path | None = None, restart: bo
         from .megatron import megatron_overrides
 
         out += megatron_overrides(recipe)
+    out += rollout_engine_overrides(recipe)
     out += _platform_overrides(recipe)
     out += [f"{k}={hydra_value(v)}" for k, v in recipe.verl_overrides.items()]
+    return out
+
+
+ENGINE_KWARGS = "actor_rollout_ref.rollout.engine_kwargs.vllm"
+
+
+def additional_config(recipe: Recipe) -> dict[str, Any] | None:
+    """vllm-ascend's ``additional_config`` engine argument: upstream's torchair graph and Ascend
+    scheduler settings (cann-recipes-train llm_rl/deepseek/verl_patches/workers/vllm_rollout/
+    vllm_rollout_spmd.py; keys read by vllm-ascend v0.9.1 vllm_ascend/ascend_config.py)."""
+    ro = recipe.rollout
+    if not (ro.graph_mode or ro.ascend_scheduler):
+        return None
+    config: dict[str, Any] = {}
+    if ro.graph_mode:
+        # One captured batch size, the engine's max_num_seqs (verl 0.6.1's default 1024, as upstream's).
+        config["torchair_graph_config"] = {
+            "enabled": True,
+            "use_cached_graph": False,
+            "graph_batch_sizes_init": False,
+            "graph_batch_sizes": [ro.max_num_seqs or 1024],
+            "enable_multistream_mla": True,
+            "enable_multistream_moe": True,
+            "enable_view_optimize": False,
+            "enable_kv_nz": False,
+        }
+    if ro.ascend_scheduler:
+        config["ascend_scheduler_config"] = {"enabled": True, "enable_chunked_prefill": False}
+    config["refresh"] = True  # re-read the config in each engine, not a stale process-wide one
+    return config
+
+
+def rollout_engine_overrides(recipe: Recipe) -> list[str]:
+    """vLLM engine arguments verl 0.6.1 passes through ``rollout.engine_kwargs.vllm`` to ``LLM(...)``
+    (vllm_rollout_spmd.py vLLMRollout.__init__). The DP size travels as VLLM_DP_SIZE (see run_env and
+    npu_rl.patches.vllm_dp); verl's own rollout data/expert parallel sizes stay 1."""
+    out = []
+    if recipe.rollout.expert_parallel:
+        out.append(f"+{ENGINE_KWARGS}.enable_expert_parallel=True")
+    extra = additional_config(recipe)
+    if extra is not None:
+        out.append(f"+{ENGINE_KWARGS}.additional_config={hydra_value(extra)}")
     return out
 
 
@@ -176,6 +226,8 @@ def patches_for(recipe: Recipe) -> list[str]:
         names.append("file_logger")
     if not recipe.optimizations.recompute_old_log_prob:
         names.append("old_log_prob")
+    if recipe.rollout.expert_parallel:
+        names.append("vllm_dp")
     if recipe.actor.strategy == "megatron":
         from .megatron import megatron_patches
 
@@ -201,6 +253,10 @@ def run_env(recipe: Recipe, start_step: int | None) -> dict[str, str]:
         # none of (verl 0.6.1 Worker._setup_env_cuda_visible_devices, verl.utils.ray_utils). Empty is unset
         # for both verl and Ray.
         env["RAY_EXPERIMENTAL_NOSET_ASCEND_RT_VISIBLE_DEVICES"] = ""
+    if recipe.rollout.expert_parallel:
+        # vllm-ascend 0.9.1 reads the DP size only from here (patch_0_9_1/patch_configs.py); the
+        # vllm_dp patch derives each rank's VLLM_DP_RANK / master address from it.
+        env["VLLM_DP_SIZE"] = str(recipe.rollout.data_parallel_size)
     if recipe.actor.strategy == "megatron":
         from .megatron import megatron_env
 

@@ -8,6 +8,7 @@ compose's ``prepare`` service and a restarted Kubernetes job can run it every ti
 from __future__ import annotations
 
 import json
+import shlex
 import shutil
 import subprocess
 import sys
@@ -16,16 +17,15 @@ from pathlib import Path
 
 from ..errors import UserError
 from ..model.fetch import check_model_dir, fetch_for_recipe
+from ..model.fp8_cast import WEIGHT_INDEX, copy_hf_side_files
 from ..recipe.schema import Recipe
 from . import megatron
 from . import paths as run_paths
 
 # Conversion tools name their output directory with a flag starting with this
-# (DeepSeek's --output-bf16-hf-path, verl's --output_path).
+# (npu-rl model fp8-cast's --output-bf16-hf-path, verl's --output_path).
 OUTPUT_FLAG = "--output"
 PARTIAL_SUFFIX = ".partial"
-# Left out when the HF side files are copied next to the BF16 weights: the cast wrote its own.
-WEIGHT_INDEX = "model.safetensors.index.json"
 
 
 def prepare(recipe: Recipe, model_source: str | None = None, data_source: Path | None = None) -> None:
@@ -130,6 +130,9 @@ def prepare_data(recipe: Recipe, source: Path | None = None) -> None:
 class ConversionStep:
     argv: list[str]
     output: Path
+    # > 1: the command runs once on each of that many nodes (torchrun's --node_rank / --master_addr
+    # are filled per node, see run_on_nodes).
+    nodes: int = 1
 
     @property
     def script(self) -> Path | None:
@@ -137,16 +140,33 @@ class ConversionStep:
 
     @property
     def name(self) -> str:
+        if self.argv[:len(megatron.FP8_CAST)] == megatron.FP8_CAST:
+            return "npu-rl model fp8-cast"
         return (self.script or Path(self.argv[0])).name
 
-    def argv_writing_to(self, output: Path) -> list[str]:
+    @property
+    def resumable(self) -> bool:
+        """The step keeps what an interrupted run wrote and carries on from it (npu-rl's FP8 cast
+        skips the shards it finished); every other tool starts over."""
+        return self.argv[:len(megatron.FP8_CAST)] == megatron.FP8_CAST
+
+    def argv_writing_to(self, output: Path, node_rank: int = 0, master_addr: str = "127.0.0.1") -> list[str]:
         """The command with its output flag pointed at ``output``; ``python`` is this interpreter,
         which in the images is the one with verl, torch and Megatron installed."""
-        argv = list(self.argv)
+        argv = [a.replace(megatron.NODE_RANK, str(node_rank)).replace(megatron.MASTER_ADDR, master_addr)
+                for a in self.argv]
         argv[_output_index(argv)] = str(output)
         if argv[0] == "python":
             argv[0] = sys.executable
         return argv
+
+    def describe(self) -> str:
+        """The command as `npu-rl prepare --dry-run` shows it."""
+        fields = {megatron.NODE_RANK: "$NODE_RANK", megatron.MASTER_ADDR: "$HEAD_IP"}
+        command = " ".join(fields.get(a) or shlex.quote(a) for a in self.argv)
+        where = (f"on each of {self.nodes} nodes (NODE_RANK 0 on the Ray head, HEAD_IP its address)"
+                 if self.nodes > 1 else "here")
+        return f"{self.name} -> {self.output}, {where}:\n    {command}"
 
 
 def _output_index(argv: list[str]) -> int:
@@ -157,11 +177,30 @@ def _output_index(argv: list[str]) -> int:
 
 
 def conversion_steps(recipe: Recipe) -> list[ConversionStep]:
-    return [ConversionStep(argv, Path(argv[_output_index(argv)])) for argv in megatron.prepare_commands(recipe)]
+    steps = []
+    for argv in megatron.prepare_commands(recipe):
+        nodes = megatron.converter_nodes(recipe) if megatron.NODE_RANK in argv else 1
+        steps.append(ConversionStep(argv, Path(argv[_output_index(argv)]), nodes))
+    return steps
 
 
 def _present(path: Path) -> bool:
     return path.is_dir() and any(path.iterdir())
+
+
+def describe(recipe: Recipe) -> list[str]:
+    """What `npu-rl prepare` would do, for --dry-run: where the model and data come from and
+    each weight-conversion command, with whether its output is already there."""
+    conv = recipe.prepare.weight_conversion
+    lines = [f"model: {fetch_target(recipe)}" + (f" (from {recipe.model.hub_id})" if recipe.model.hub_id else ""),
+             f"data: {', '.join(map(str, data_files(recipe)))}"]
+    steps = conversion_steps(recipe)
+    for i, step in enumerate(steps, 1):
+        done = " [already present, skipped]" if _present(step.output) else ""
+        lines.append(f"weights: [{i}/{len(steps)}] {step.describe()}{done}")
+    if conv is None:
+        lines.append("weights: no prepare.weight_conversion")
+    return lines
 
 
 def convert_weights(recipe: Recipe) -> None:
@@ -182,13 +221,19 @@ def convert_weights(recipe: Recipe) -> None:
 
 def _run_step(recipe: Recipe, step: ConversionStep, counter: str) -> None:
     # The tool writes next to the output and the result is renamed into place only on
-    # success, so an interrupted conversion is redone instead of being taken as done.
+    # success, so an interrupted conversion is not taken as done; a resumable tool keeps
+    # what it finished before, any other starts over.
     partial = step.output.with_name(step.output.name + PARTIAL_SUFFIX)
-    shutil.rmtree(partial, ignore_errors=True)
+    if not step.resumable:
+        shutil.rmtree(partial, ignore_errors=True)
     partial.parent.mkdir(parents=True, exist_ok=True)
     print(f"weights: {counter} {step.name} -> {step.output}", flush=True)
     # Output goes straight to the console: these tools show their own progress.
-    code = subprocess.run(step.argv_writing_to(partial)).returncode
+    if step.nodes > 1:
+        codes = run_on_nodes(step, partial)
+        code = next((c for c in codes if c != 0), 0)
+    else:
+        code = subprocess.run(step.argv_writing_to(partial)).returncode
     if code != 0:
         raise UserError(f"weight conversion step {step.name} failed with exit code {code}")
     if not partial.is_dir():
@@ -201,21 +246,36 @@ def _run_step(recipe: Recipe, step: ConversionStep, counter: str) -> None:
     partial.rename(step.output)
 
 
-def copy_hf_side_files(src: Path, dst: Path) -> list[Path]:
-    """Give the BF16 weights the config, tokenizer and remote code of the published FP8
-    checkpoint, which DeepSeek's cast does not copy, so the directory loads as a model.
+def _run_argv(argv: list[str]) -> int:
+    return subprocess.run(argv, check=False).returncode
 
-    ``quantization_config`` is dropped from config.json: the weights are no longer FP8.
+
+def run_on_nodes(step: ConversionStep, output: Path) -> list[int]:
+    """Run a distributed step once on each of ``step.nodes`` Ray nodes, node rank 0 on this
+    (the head) node, as torchrun's static rendezvous wants; returns every node's exit code.
+
+    `npu-rl train --prepare` runs inside the Ray job (`npu-rl ray head -- ...`), so the job's
+    pods are Ray nodes; the output directory is on the volume they all mount.
     """
-    copied = []
-    for f in sorted(src.iterdir()):
-        if not f.is_file() or f.suffix == ".safetensors" or f.name == WEIGHT_INDEX or (dst / f.name).exists():
-            continue
-        if f.name == "config.json":
-            config = json.loads(f.read_text(encoding="utf-8"))
-            config.pop("quantization_config", None)
-            (dst / f.name).write_text(json.dumps(config, indent=2) + "\n", encoding="utf-8")
-        else:
-            shutil.copy2(f, dst / f.name)
-        copied.append(dst / f.name)
-    return copied
+    try:
+        import ray
+        from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+    except ImportError as e:
+        raise UserError(f"weight conversion step {step.name} runs on {step.nodes} nodes through Ray, "
+                        "which is not installed here") from e
+    try:
+        ray.init(address="auto", ignore_reinit_error=True, log_to_driver=True)
+    except ConnectionError as e:
+        raise UserError(f"weight conversion step {step.name} runs on {step.nodes} nodes but no Ray cluster is "
+                        "running: run it inside the job (`npu-rl train --prepare` under `npu-rl ray head`), or "
+                        "set prepare.weight_conversion.distributed=false for a one-node conversion") from e
+    here = ray.util.get_node_ip_address()
+    alive = [n for n in ray.nodes() if n.get("Alive")]
+    alive.sort(key=lambda n: n["NodeManagerAddress"] != here)  # this node first: rank 0
+    if len(alive) < step.nodes or alive[0]["NodeManagerAddress"] != here:
+        raise UserError(f"weight conversion step {step.name} needs {step.nodes} Ray nodes including this one, "
+                        f"the cluster has {len(alive)}")
+    task = ray.remote(num_cpus=0)(_run_argv)
+    refs = [task.options(scheduling_strategy=NodeAffinitySchedulingStrategy(n["NodeID"], soft=False))
+            .remote(step.argv_writing_to(output, rank, here)) for rank, n in enumerate(alive[:step.nodes])]
+    return ray.get(refs)

@@ -35,6 +35,11 @@ def _select(cfg, key: str) -> Any:
         return None
 
 
+# Keys whose yaml default is written as an int although verl's dataclass field is a float
+# (verl 0.6.1 trainer/config/rollout/rollout.yaml `top_p: 1`; workers/config/rollout.py `top_p: float`).
+_FLOAT_KEYS = {"actor_rollout_ref.rollout.top_p", "actor_rollout_ref.rollout.val_kwargs.top_p"}
+
+
 def _compatible(default: Any, value: Any) -> bool:
     from omegaconf import DictConfig, ListConfig
 
@@ -76,6 +81,8 @@ def compose_verl_config(overrides: list[str], config_name: str = "ppo_trainer"):
         if appended:
             continue
         default, value = _select(base, key), _select(cfg, key)
+        if key in _FLOAT_KEYS and isinstance(default, int) and not isinstance(default, bool):
+            default = float(default)
         if not _compatible(default, value):
             raise UserError(
                 f"verl config key {key!r} expects {type(default).__name__} (default {default!r}) "

@@ -3,8 +3,8 @@ byte-level BPE tokenizer: the CPU stand-in for Qwen2.5 (nothing is downloaded)."
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from pathlib import Path
-from typing import Iterable
 
 # Qwen2.5's special tokens, so chat templates and eos handling match the real model.
 SPECIAL_TOKENS = ["<|endoftext|>", "<|im_start|>", "<|im_end|>"]
@@ -17,7 +17,11 @@ def train_tokenizer(texts: Iterable[str], vocab_size: int = 1024):
     from transformers import PreTrainedTokenizerFast
 
     tok = Tokenizer(models.BPE())
-    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    # Qwen2's pre-tokenizer splits numbers into single digits; so does this one,
+    # which also lets the tiny model copy numbers it never saw in training.
+    tok.pre_tokenizer = pre_tokenizers.Sequence(
+        [pre_tokenizers.Digits(individual_digits=True), pre_tokenizers.ByteLevel(add_prefix_space=False)]
+    )
     tok.decoder = decoders.ByteLevel()
     trainer = trainers.BpeTrainer(
         vocab_size=vocab_size,

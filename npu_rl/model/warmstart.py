@@ -1,11 +1,20 @@
-"""A short supervised warm start for the tiny CPU model.
+"""A short supervised warm start for the tiny CPU model, from a fallible teacher.
 
 The NPU recipes start GRPO from an Instruct model that already answers in the
 expected layout and is sometimes right; a randomly initialised model is never
 right, every group gets the same reward, GRPO's advantages are all zero and no
-update happens. A few seconds of teacher forcing on the sample's worked answers
-gives the tiny model that starting point, so the CPU demo exercises a real
-learning signal (non-zero advantages, KL, clipping) through the same trainer.
+update happens. Teacher forcing on the sample's worked answers gives the tiny
+model that starting point in about twenty seconds.
+
+The teacher is fallible in two ways, each drawn afresh every time an example is
+used: with probability ``sign_error`` it gets the answer's sign wrong, and with
+probability ``format_error`` it states the answer in a sentence instead of the
+``\\boxed{}`` the prompt asks for (which the reward cannot grade as right). The
+warmed-up model therefore copies the right number but boxes it, and picks its
+sign, by coin flips: a minority of its answers are right, on training and
+held-out problems alike. Nothing but the reward tells the right choices apart,
+so a held-out gain after GRPO is the reward's doing; with an infallible teacher
+there would be nothing left for RL to learn.
 """
 
 from __future__ import annotations
@@ -14,12 +23,22 @@ import random
 from pathlib import Path
 
 
-def target_response(solution: str, answer: str) -> str:
+def target_response(solution: str, answer: str, boxed: bool = True) -> str:
     """The layout the MATH reward grades: numbered reasoning in <think>, boxed answer in <answer>."""
-    return f"<think>\nStep 1: {solution}\n</think>\n<answer>\n\\boxed{{{answer}}}\n</answer>"
+    stated = f"\\boxed{{{answer}}}" if boxed else f"The answer is {answer}."
+    return f"<think>\nStep 1: {solution}\n</think>\n<answer>\n{stated}\n</answer>"
 
 
-def build_examples(tokenizer, rows: list[dict], prompt_suffix: str) -> list[tuple[list[int], int]]:
+def flip_sign(answer: str) -> str:
+    """The teacher's slip: ``-7`` for ``7`` and ``7`` for ``-7``."""
+    return answer[1:] if answer.startswith("-") else f"-{answer}"
+
+
+Example = tuple[list[int], int]  # token ids (prompt + response), prompt length
+
+
+def build_examples(tokenizer, rows: list[dict], prompt_suffix: str) -> list[dict[tuple[bool, bool], Example]]:
+    """Every teacher answer to each row with a boxed answer, keyed (sign slipped, left unboxed)."""
     from ..data.math import extract_ground_truth
 
     examples = []
@@ -28,18 +47,26 @@ def build_examples(tokenizer, rows: list[dict], prompt_suffix: str) -> list[tupl
         if answer is None:
             continue
         messages = [{"role": "user", "content": f"{row['problem']} {prompt_suffix}"}]
-        prompt_ids = tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=True)
+        prompt_ids = list(tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=True))
         # The solution's prose without its final boxed sentence keeps responses short.
         reasoning = row["solution"].split("\\boxed")[0].rstrip(" $=.").strip() or "Compute."
-        response = target_response(reasoning, answer) + tokenizer.eos_token
-        response_ids = tokenizer(response, add_special_tokens=False)["input_ids"]
-        examples.append((list(prompt_ids) + response_ids, len(prompt_ids)))
+        variants = {}
+        for flipped in (False, True):
+            for unboxed in (False, True):
+                given = flip_sign(answer) if flipped else answer
+                response = target_response(reasoning, given, boxed=not unboxed) + tokenizer.eos_token
+                ids = tokenizer(response, add_special_tokens=False)["input_ids"]
+                variants[flipped, unboxed] = (prompt_ids + ids, len(prompt_ids))
+        examples.append(variants)
     return examples
 
 
-def warm_start(model_dir: Path, rows: list[dict], *, steps: int = 300, batch_size: int = 16, lr: float = 3e-3,
-               seed: int = 0) -> float:
-    """Teacher-force the worked answers into ``model_dir`` in place; returns the final loss."""
+def warm_start(model_dir: Path, rows: list[dict], *, steps: int = 1000, batch_size: int = 16, lr: float = 3e-3,
+               sign_error: float = 0.5, format_error: float = 0.6, seed: int = 0) -> float:
+    """Teacher-force the fallible teacher's answers into ``model_dir`` in place; returns the final loss."""
+    for name, p in (("sign_error", sign_error), ("format_error", format_error)):
+        if not 0.0 <= p <= 1.0:
+            raise ValueError(f"{name} must be in [0, 1], got {p}")
     import torch
     from rich.progress import Progress
     from transformers import AutoModelForCausalLM, AutoTokenizer
@@ -59,7 +86,8 @@ def warm_start(model_dir: Path, rows: list[dict], *, steps: int = 300, batch_siz
     with Progress(transient=True) as progress:
         task = progress.add_task("warm start (teacher forcing)", total=steps)
         for _ in range(steps):
-            batch = rng.sample(examples, min(batch_size, len(examples)))
+            drawn = rng.sample(examples, min(batch_size, len(examples)))
+            batch = [v[rng.random() < sign_error, rng.random() < format_error] for v in drawn]
             width = max(len(ids) for ids, _ in batch)
             input_ids = torch.full((len(batch), width), pad, dtype=torch.long)
             labels = torch.full((len(batch), width), -100, dtype=torch.long)

@@ -110,7 +110,10 @@ def build_request(worker: Any, actor_module: list, hf_config: Any, tf_config: An
     if (mine["tp"], mine["pp"], mine["ep"]) != (info["tp_rank"], info["pp_rank"], info["ep_rank"]):
         raise PatchVersionError(f"reshard: Megatron's rank order differs from the planner's ({mine} vs {info})")
     rollout = worker.config.rollout
-    infer = InferLayout(info["world"], tp=rollout.tensor_model_parallel_size, ep=rollout.expert_parallel_size)
+    # With the vllm_dp patch the rollout EP is TP x VLLM_DP_SIZE (verl's own expert_parallel_size stays 1).
+    from .vllm_dp import expert_parallel_size
+
+    infer = InferLayout(info["world"], tp=rollout.tensor_model_parallel_size, ep=expert_parallel_size(rollout))
     plan = cached_plan(shapes, train, infer, bucket_bytes_from_env())
 
     offset = sum(train.stage_sizes(shapes.num_layers)[: info["pp_rank"]])

@@ -86,7 +86,17 @@ class AlgorithmSpec(_Strict):
     critic_warmup: int = Field(0, ge=0)
     total_epochs: int = Field(1, gt=0)
     total_training_steps: int | None = Field(None, gt=0)
+    # trainer.balance_batch (reorders the batch over DP ranks by length); None leaves verl's default (True).
+    balance_batch: bool | None = None
     seed: int = 1
+
+
+class RecomputeSpec(_Strict):
+    """Megatron activation recompute (Megatron-core TransformerConfig recompute_*; verl 0.6.1's default is none)."""
+
+    granularity: Literal["full", "selective"] = "full"
+    method: Literal["uniform", "block"] | None = "block"
+    num_layers: int | None = Field(None, gt=0)
 
 
 class ActorSpec(_Strict):
@@ -95,6 +105,12 @@ class ActorSpec(_Strict):
     optimizer_offload: bool = False
     ref_param_offload: bool = True
     log_prob_micro_batch_size_per_device: int = Field(8, gt=0)
+    # The ref's own micro-batch for its log-prob pass; None: the actor's value.
+    ref_log_prob_micro_batch_size_per_device: int | None = Field(None, gt=0)
+    # megatron only: recompute (required when model.enable_gradient_checkpointing) and MindSpeed's
+    # swap optimizer (optimizer state swapped to host between steps, read by MindSpeed's repatch).
+    recompute: RecomputeSpec | None = None
+    swap_optimizer: bool = False
     # Megatron layout (strategy megatron only).
     tensor_model_parallel_size: int = Field(1, gt=0)
     pipeline_model_parallel_size: int = Field(1, gt=0)
@@ -113,12 +129,31 @@ class RolloutSpec(_Strict):
     temperature: float = Field(1.0, ge=0)
     do_sample: bool = True
     max_num_batched_tokens: int | None = Field(None, gt=0)
+    # Sampling beyond temperature; None leaves verl's default (top_k -1, top_p 1.0).
+    top_k: int | None = Field(None, ge=-1)
+    top_p: float | None = Field(None, gt=0, le=1)
+    max_num_seqs: int | None = Field(None, gt=0)
+    enable_prefix_caching: bool | None = None
+    # vLLM's data-parallel size for expert_parallel (VLLM_DP_SIZE): experts spread over TP x DP ranks.
+    data_parallel_size: int | None = Field(None, gt=0)
+    # vllm-ascend additional_config: torchair graph mode and the Ascend scheduler (NPU only).
+    graph_mode: bool = False
+    ascend_scheduler: bool = False
 
 
 class ResourcesSpec(_Strict):
     platform: Platform
     nnodes: int = Field(1, gt=0)
     devices_per_node: int = Field(gt=0)
+    # Atlas A3 cluster type, which decides the node label MindCluster schedules on (npu_rl.render.k8s):
+    # an A3 box server, an Atlas 900 A3 SuperPoD or an Atlas 9000 A3 SuperPoD. None: the platform's default.
+    cluster: Literal["box", "superpod-900", "superpod-9000"] | None = None
+
+    @model_validator(mode="after")
+    def _cluster_is_a3(self) -> "ResourcesSpec":
+        if self.cluster is not None and self.platform != "npu-a3":
+            raise ValueError(f"resources.cluster {self.cluster!r} is an Atlas A3 setting (platform npu-a3)")
+        return self
 
     @property
     def world_size(self) -> int:
@@ -181,10 +216,17 @@ class WeightConversionSpec(_Strict):
     hf_path: str = Field(description="HF checkpoint as published (DeepSeek-R1 ships FP8 weights)")
     bf16_path: str | None = Field(None, description="Where the FP8->BF16 cast writes; None when already bf16")
     mcore_path: str = Field(description="Megatron dist checkpoint the actor and ref load")
-    # Conversion tools, relative to the workspace: DeepSeek's FP8 cast (github.com/deepseek-ai/DeepSeek-V3
-    # inference/) and verl's HF->Megatron converter (scripts/ of the pinned verl checkout, not in the wheel).
-    fp8_cast_script: str = "DeepSeek-V3/inference/fp8_cast_bf16.py"
-    converter_script: str = "verl/scripts/converter_hf_to_mcore.py"
+    # The FP8 -> BF16 cast is npu-rl's own (`npu-rl model fp8-cast`, CPU only). The HF -> Megatron
+    # converter is verl's scripts/converter_hf_to_mcore.py; None: the one next to the installed verl
+    # (/opt/verl/scripts in the image; the PyPI wheel installs it as site-packages/scripts).
+    converter_script: str | None = Field(
+        None, description="verl's converter_hf_to_mcore.py, when not the one of the installed verl")
+    # verl's converter runs under torchrun for DeepSeek-V3 / Qwen MoE, one pipeline stage of the
+    # conversion per process (scripts/converter_hf_to_mcore.py _init_args example and
+    # support_distributed_convert). Every process loads the whole HF model into host memory, hence one
+    # per node by default; the dist checkpoint it writes is independent of the training layout.
+    distributed: bool = Field(True, description="Run the converter on every node of the job (multi-node recipes)")
+    nproc_per_node: int = Field(1, ge=1, description="Converter processes per node (each holds the HF model in RAM)")
 
 
 class PrepareSpec(_Strict):
@@ -280,6 +322,29 @@ class Recipe(_Strict):
                 )
         if self.reshard.enabled and (self.actor.strategy != "megatron" or self.resources.platform == "cpu"):
             raise ValueError("reshard.enabled needs actor.strategy megatron on an NPU platform")
+        ro = self.rollout
+        if ro.expert_parallel:
+            if ro.name != "vllm" or self.resources.platform == "cpu":
+                raise ValueError("rollout.expert_parallel needs rollout.name vllm on an NPU platform")
+            if ro.data_parallel_size is None:
+                raise ValueError("rollout.expert_parallel needs rollout.data_parallel_size (vLLM's DP size)")
+            if world % (ro.tensor_model_parallel_size * ro.data_parallel_size):
+                raise ValueError(
+                    f"rollout.tensor_model_parallel_size * rollout.data_parallel_size "
+                    f"({ro.tensor_model_parallel_size} * {ro.data_parallel_size}) does not divide the {world} devices"
+                )
+        elif ro.data_parallel_size not in (None, 1):
+            raise ValueError("rollout.data_parallel_size > 1 needs rollout.expert_parallel (vLLM DP is for MoE EP)")
+        if (ro.graph_mode or ro.ascend_scheduler) and (ro.name != "vllm" or self.resources.platform == "cpu"):
+            raise ValueError("rollout.graph_mode / rollout.ascend_scheduler are vllm-ascend settings (NPU, vllm)")
+        if self.actor.strategy != "megatron" and (self.actor.recompute is not None or self.actor.swap_optimizer):
+            raise ValueError("actor.recompute / actor.swap_optimizer are megatron settings (actor.strategy megatron)")
+        if (self.actor.strategy == "megatron" and self.model.enable_gradient_checkpointing
+                and self.actor.recompute is None):
+            raise ValueError(
+                "model.enable_gradient_checkpointing with actor.strategy megatron needs actor.recompute "
+                "(verl 0.6.1 megatron ignores the flag; recompute is Megatron-core's recompute_* settings)"
+            )
         if self.resources.platform == "cpu" and self.rollout.name != "hf":
             raise ValueError(f"resources.platform cpu needs rollout.name hf (got {self.rollout.name!r})")
         return self

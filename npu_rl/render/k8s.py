@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import json
 import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path, PurePosixPath
 
 import yaml
@@ -101,7 +101,27 @@ def _with_nodes(recipe: Recipe, nodes: int | None) -> Recipe:
     return parse_recipe(data, f"recipe {recipe.name} with --nodes {nodes}")
 
 
+# Atlas A3 node labels per cluster type (`accelerator-type`, set by MindCluster's node labelling):
+# A3 box servers, Atlas 900 A3 SuperPoD and Atlas 9000 A3 SuperPoD nodes. The default is the
+# SuperPoD 900: 16 NPU dies per node, the hardware the DeepSeek recipe documents.
+A3_CLUSTERS = {
+    "box": replace(ACCELERATORS["npu-a3"], node_type="module-a3-16"),
+    "superpod-900": replace(ACCELERATORS["npu-a3"], node_type="module-a3-16-super-pod"),
+    "superpod-9000": replace(ACCELERATORS["npu-a3"], node_type="module-a3-8-super-pod", max_devices=8),
+}
+A3_DEFAULT_CLUSTER = "superpod-900"
+# MindCluster's Volcano examples label Ascend 910 training jobs and their pods with this (its
+# scheduler plugin selects the job's topology rules by it).
+RING_CONTROLLER = {"ring-controller.atlas": "ascend-910b"}
+
+
 def _accelerator(recipe: Recipe) -> Accelerator:
+    if recipe.resources.platform == "npu-a3":
+        acc = A3_CLUSTERS[recipe.resources.cluster or A3_DEFAULT_CLUSTER]
+        if recipe.resources.devices_per_node > acc.max_devices:
+            raise UserError(f"recipe {recipe.name}: resources.devices_per_node {recipe.resources.devices_per_node} "
+                            f"exceeds the {acc.max_devices} NPUs of a {recipe.resources.cluster} node")
+        return acc
     acc = ACCELERATORS.get(recipe.resources.platform)
     if acc is None:
         raise UserError(f"recipe {recipe.name}: Kubernetes manifests are for platforms "
@@ -139,6 +159,7 @@ def context(recipe: Recipe, target: str, opts: K8sOptions) -> dict:
         "app.kubernetes.io/name": "npu-rl",
         "app.kubernetes.io/instance": name,
         "npu-rl/recipe": recipe.name,
+        **(RING_CONTROLLER if acc.resource else {}),
         **opts.extra_labels,
     }
     return {

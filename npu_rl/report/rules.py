@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import math
 import re
+from collections.abc import Callable
 from dataclasses import asdict, dataclass
-from typing import Callable
 
 import numpy as np
 
@@ -99,7 +99,7 @@ def entropy_collapse(ctx: Context) -> list[Finding]:
     if not len(head):
         return []
     start = float(np.median(head))
-    limit = max(t.warn_below, t.relative_floor * start)
+    limit = max(min(t.warn_below, t.fall_fraction * start), t.relative_floor * start)
     findings = []
     for a, b in runs(_finite_less(s.values, limit), t.min_points):
         critical = bool(np.any(s.values[a : b + 1] < t.critical_below))

@@ -23,6 +23,7 @@ class Entropy(_Strict):
     warn_below: float
     critical_below: float
     relative_floor: float = Field(ge=0, le=1)
+    fall_fraction: float = Field(gt=0, le=1)
     baseline_points: int = Field(gt=0)
     min_points: int = Field(gt=0)
 

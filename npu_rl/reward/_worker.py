@@ -1,29 +1,27 @@
 """The symbolic fallback, run only inside worker processes (see ``budget``).
 
-Math-Verify (sympy under the hood) decides what the fast paths in ``equiv``
-cannot parse. Its own timeouts use ``signal.alarm`` and are switched off; the
-worker arms its own interval timer (this is the process's main thread, so
-signals work) and the parent kills the process if even that does not return.
+It is the same judge as the fast path (``equiv.judge``) with the symbolic leaf
+of :mod:`npu_rl.reward.symbolic` for what ``latex_eval`` cannot decide, so the
+fallback holds to the definition of "equal" in ``equiv``. sympy can be stuck in
+C code that no signal reaches: the worker arms an interval timer for the usual
+case (this is the process's main thread, so signals work) and the parent kills
+the process when even that does not return.
 """
 
 from __future__ import annotations
 
-import logging
 import os
 import signal
 import sys
 from multiprocessing.connection import Connection
 from typing import Any
 
-from math_verify import ExprExtractionConfig, LatexExtractionConfig, parse, verify
-
-logging.getLogger("math_verify").setLevel(logging.ERROR)
-
-_CONFIG = [LatexExtractionConfig(), ExprExtractionConfig()]
+from npu_rl.reward.equiv import judge
+from npu_rl.reward.symbolic import leaf_equal
 
 
-class _SoftTimeout(Exception):
-    pass
+class _SoftTimeout(BaseException):
+    """Not an Exception: the parsers' catch-alls must not swallow the deadline."""
 
 
 def _on_alarm(signum: int, frame: Any) -> None:
@@ -31,11 +29,8 @@ def _on_alarm(signum: int, frame: Any) -> None:
 
 
 def symbolic_equal(pred: str, gt: str) -> bool:
-    gold = parse(f"${gt}$", extraction_config=_CONFIG, extraction_mode="first_match", parsing_timeout=None)
-    if not gold:
-        return False
-    answer = parse(f"${pred}$", extraction_config=_CONFIG, extraction_mode="first_match", parsing_timeout=None)
-    return bool(answer) and bool(verify(gold, answer, timeout_seconds=None))
+    """The worker's verdict; the fast path's None (nothing left to try) is no."""
+    return bool(judge(pred, gt, leaf=leaf_equal))
 
 
 def _answer(pred: str, gt: str, budget_s: float) -> bool | None:
@@ -45,7 +40,7 @@ def _answer(pred: str, gt: str, budget_s: float) -> bool | None:
             return symbolic_equal(pred, gt)
         finally:
             signal.setitimer(signal.ITIMER_REAL, 0)
-    except Exception:  # _SoftTimeout, or a parser bug: no verdict rather than a crash
+    except (_SoftTimeout, Exception):  # out of time, or a parser bug: no verdict rather than a crash
         return None
 
 
@@ -53,7 +48,7 @@ def serve(rx: Connection, tx: Connection) -> None:
     """Worker main loop: (pred, gt, budget_s) in, True/False/None out; ends when the parent goes."""
     signal.signal(signal.SIGALRM, _on_alarm)
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C belongs to the parent
-    symbolic_equal("\\frac{1}{2}", "0.5")  # pull in the lazily imported parser before saying ready
+    symbolic_equal("\\lfloor 2.5 \\rfloor", "2")  # pull in the lazily imported parser before saying ready
     tx.send(("ready", os.getpid()))
     while True:
         try:

@@ -1,14 +1,19 @@
-"""Fast numeric judge for arithmetic LaTeX answers, without sympy.
+"""Fast judge for the LaTeX answers MATH uses, without sympy.
 
 A small recursive-descent parser turns the LaTeX subset that MATH answers use
 (numbers, + - * /, implicit products, ``\\frac``/``\\sqrt`` including the
 shorthand ``\\frac43`` and ``11\\sqrt2``, powers, ``\\pi``, ``e``, ``i``,
-common functions, factorials, variables) into a tree. Two trees are compared by
-value: exactly with ``Fraction`` while everything is rational (so ``1/2^{99}``
-never equals ``1/2^{98}``), otherwise at 50 significant digits with mpmath; with
-variables, at fixed sample points (identity testing). Anything outside the
-subset, or too large to evaluate cheaply (``9^{9^{9^9}}``), is "undecided" and
-left to the slower symbolic check.
+common functions, factorials, variables) into a tree, which is evaluated in the
+value domain of :mod:`npu_rl.reward.values`: exactly with ``Fraction`` while
+everything is rational (so ``1/2^{99}`` never equals ``1/2^{98}``), otherwise at
+50 digits with mpmath; with variables, at the shared random sample points.
+
+Readings that differ from TeX's are deliberate: an unbraced exponent is the
+whole number (``x^23`` is ``x^{23}``, as a model writing it means), and a
+one-digit argument that would leave digits behind as a silent product
+(``\\frac432``, ``\\sqrt23``) is refused. Anything outside the subset, or too
+large to evaluate cheaply (``9^{9^{9^9}}``), is "undecided" and left to the
+symbolic fallback, which reads and compares the same way.
 """
 
 from __future__ import annotations
@@ -17,43 +22,32 @@ import math
 import re
 from fractions import Fraction
 from functools import lru_cache
-from typing import Any, Union
+from typing import Any
 
-import mpmath
+from npu_rl.reward.values import MAX_LOG2, TooLarge, Undefined, Value, checked, identical, to_mp, values_equal
+from npu_rl.reward.values import MP as _MP
 
 MAX_CHARS = 400
 MAX_DEPTH = 40
 _MAX_BITS = 20000  # exact rationals larger than this go to mpmath
-_MAX_LOG2 = 4000.0  # |value| beyond 2**4000 is not a MATH answer: refuse rather than compute
-
-# A private context: the global mpmath one is shared with sympy and other threads.
-_MP = mpmath.MPContext()
-_MP.dps = 50
-_REL_TOL = _MP.mpf("1e-35")
-_ZERO_TOL = _MP.mpf("1e-40")
-
-Value = Union[Fraction, Any]  # Fraction, or an mpf/mpc of _MP
 
 
 class ParseError(ValueError):
     pass
 
 
-class Undefined(ArithmeticError):
-    """Division by zero, log of zero, a complex branch: no numeric verdict."""
+class Malformed(ParseError):
+    """Notation read two ways (``\\sqrt23``): no path may pick one, the answer is wrong."""
 
 
-class TooLarge(Undefined):
-    """Beyond 2**4000 (``9^{9^{9^9}}``): not a MATH answer, and not worth computing."""
-
-
-_TOKEN = re.compile(r"\s*(?:(\d+(?:\.\d*)?|\.\d+)|(\\[A-Za-z]+)|([A-Za-z])|(\S))")
+# "3." is no number: "0.(3)" must not read as 0 times 3.
+_TOKEN = re.compile(r"\s*(?:(\d+(?:\.\d+)?|\.\d+)|(\\[A-Za-z]+)|([A-Za-z])|(\S))")
 _FUNCS = {
     "\\sin": "sin", "\\cos": "cos", "\\tan": "tan", "\\cot": "cot", "\\sec": "sec", "\\csc": "csc",
     "\\arcsin": "asin", "\\arccos": "acos", "\\arctan": "atan", "\\sinh": "sinh", "\\cosh": "cosh",
     "\\tanh": "tanh", "\\ln": "ln", "\\log": "log", "\\exp": "exp",
 }  # fmt: skip
-_GREEK = {
+GREEK = {
     "\\alpha", "\\beta", "\\gamma", "\\delta", "\\theta", "\\lambda", "\\mu", "\\phi", "\\varphi",
     "\\omega", "\\rho", "\\sigma", "\\tau", "\\psi", "\\epsilon", "\\varepsilon", "\\eta", "\\xi", "\\kappa",
 }  # fmt: skip
@@ -79,6 +73,7 @@ class _Parser:
     def __init__(self, text: str):
         self.toks = _tokenize(text)
         self.i = 0
+        self.split_at = -1  # index of the digits a one-digit macro argument left behind
 
     def peek(self) -> tuple[str, str] | None:
         return self.toks[self.i] if self.i < len(self.toks) else None
@@ -116,7 +111,7 @@ class _Parser:
         if kind in ("num", "let"):
             return True
         if kind == "cmd":
-            return val in _FUNCS or val in _GREEK or val in ("\\frac", "\\sqrt", "\\pi", "\\binom", "\\infty")
+            return val in _FUNCS or val in GREEK or val in ("\\frac", "\\sqrt", "\\pi", "\\binom", "\\infty")
         return val in "({["
 
     def term(self) -> tuple:
@@ -147,8 +142,18 @@ class _Parser:
         tok = self.peek()
         if tok is not None and tok[1] == "^":
             self.take()
-            return ("pow", base, self.group_or_char(allow_sign=True))
+            return ("pow", base, self.exponent())
         return base
+
+    def exponent(self) -> tuple:
+        tok = self.peek()
+        if tok is not None and tok[0] == "num":
+            self.take()
+            return ("num", Fraction(tok[1]))
+        if tok is not None and tok[1] == "-":
+            self.take()
+            return ("neg", self.exponent())
+        return self.group_or_char()
 
     def postfix(self) -> tuple:
         node = self.primary()
@@ -157,8 +162,8 @@ class _Parser:
             node = ("fact", node)
         return node
 
-    def group_or_char(self, allow_sign: bool = False) -> tuple:
-        """A macro argument: ``{...}``, or one character (``\\frac43``, ``x^23`` = x^2 * 3)."""
+    def group_or_char(self) -> tuple:
+        """A macro argument: ``{...}``, or one character (``\\frac43``)."""
         tok = self.peek()
         if tok is None:
             raise ParseError("missing argument")
@@ -170,15 +175,18 @@ class _Parser:
         if tok[0] == "num":
             if len(tok[1]) > 1:
                 self.toks[self.i] = ("num", tok[1][1:])
+                self.split_at = self.i
             else:
                 self.i += 1
             if tok[1][0] == ".":
                 raise ParseError("bad argument")
             return ("num", Fraction(tok[1][0]))
-        if allow_sign and tok[1] == "-":
-            self.take()
-            return ("neg", self.group_or_char())
         return self.primary()
+
+    def whole_macro(self, node: tuple) -> tuple:
+        if self.split_at == self.i:
+            raise Malformed("a one-digit argument leaves digits behind")
+        return node
 
     def primary(self) -> tuple:
         kind, val = self.take()
@@ -205,19 +213,19 @@ class _Parser:
                 return ("const", "pi")
             if val == "\\infty":
                 return ("const", "inf")
-            if val in _GREEK:
+            if val in GREEK:
                 return ("var", val)
             if val == "\\frac":
-                return ("div", self.group_or_char(), self.group_or_char())
+                return self.whole_macro(("div", self.group_or_char(), self.group_or_char()))
             if val == "\\binom":
-                return ("binom", self.group_or_char(), self.group_or_char())
+                return self.whole_macro(("binom", self.group_or_char(), self.group_or_char()))
             if val == "\\sqrt":
                 index: tuple = ("num", Fraction(2))
                 if (tok := self.peek()) is not None and tok[1] == "[":
                     self.take()
                     index = self.expr()
                     self.expect("]")
-                return ("root", self.group_or_char(), index)
+                return self.whole_macro(("root", self.group_or_char(), index))
             if val in _FUNCS:
                 return self.function(_FUNCS[val])
             raise ParseError(f"unsupported command {val}")
@@ -240,7 +248,7 @@ class _Parser:
         exponent = None
         if (tok := self.peek()) is not None and tok[1] == "^":
             self.take()
-            exponent = self.group_or_char(allow_sign=True)
+            exponent = self.exponent()
         tok = self.peek()
         arg = self.primary() if tok is not None and tok[1] in "({" else self.power()
         node: tuple = ("func", name, arg) if base is None else ("div", ("func", "ln", arg), ("func", "ln", base))
@@ -261,14 +269,24 @@ def _nesting_depth(s: str) -> int:
 
 
 @lru_cache(maxsize=65536)
-def parse(text: str) -> tuple | None:
-    """The expression tree of ``text``, or None outside the supported subset."""
+def _read(text: str) -> tuple | type[Exception]:
     if len(text) > MAX_CHARS or _nesting_depth(text) > MAX_DEPTH:
-        return None
+        return ParseError
     try:
         return _Parser(text).parse()
-    except (ParseError, ValueError, ZeroDivisionError, RecursionError):
-        return None
+    except (ParseError, ValueError, ZeroDivisionError, RecursionError) as exc:
+        return type(exc)
+
+
+def parse(text: str) -> tuple | None:
+    """The expression tree of ``text``, or None outside the supported subset."""
+    tree = _read(text)
+    return tree if isinstance(tree, tuple) else None
+
+
+def refused(text: str) -> bool:
+    """True when ``text`` is notation no path may read (see ``Malformed``), not merely unsupported."""
+    return _read(text) is Malformed
 
 
 def variables(node: tuple) -> frozenset[str]:
@@ -285,28 +303,6 @@ def variables(node: tuple) -> frozenset[str]:
     return frozenset(out)
 
 
-def _mp(v: Value) -> Any:
-    return _MP.mpf(v.numerator) / v.denominator if isinstance(v, Fraction) else v
-
-
-def _log2_abs(v: Value) -> float:
-    if isinstance(v, Fraction):
-        if v == 0:
-            return -math.inf
-        return v.numerator.bit_length() - v.denominator.bit_length()
-    a = abs(v)
-    return -math.inf if a == 0 else float(_MP.log(a, 2))
-
-
-def _check(v: Value) -> Value:
-    if not isinstance(v, Fraction):
-        if _MP.isnan(v):
-            raise Undefined("nan")
-        if not _MP.isinf(v) and _log2_abs(v) > _MAX_LOG2:
-            raise TooLarge("too large")
-    return v
-
-
 def _pow(base: Value, exp: Value) -> Value:
     if isinstance(base, Fraction) and isinstance(exp, Fraction) and exp.denominator == 1:
         if base == 0 and exp < 0:
@@ -314,14 +310,14 @@ def _pow(base: Value, exp: Value) -> Value:
         size = max(base.numerator.bit_length(), base.denominator.bit_length()) * abs(exp.numerator)
         if size <= _MAX_BITS:
             return base**exp.numerator
-    b, e = _mp(base), _mp(exp)
+    b, e = to_mp(base), to_mp(exp)
     if b == 0:
         if _MP.re(e) <= 0:
             raise Undefined("0 to a non-positive power")
         return Fraction(0)
-    if abs(e) > 1e6 or abs(e) * abs(_MP.log(abs(b), 2)) > _MAX_LOG2:
+    if abs(e) > 1e6 or abs(e) * abs(_MP.log(abs(b), 2)) > MAX_LOG2:
         raise TooLarge("power too large")
-    return _check(_MP.power(b, e))
+    return checked(_MP.power(b, e))
 
 
 def _root(radicand: Value, index: Value) -> Value:
@@ -333,8 +329,8 @@ def _root(radicand: Value, index: Value) -> Value:
     if index == 0:
         raise Undefined("zeroth root")
     if index == 2:
-        return _MP.sqrt(_mp(radicand))
-    return _pow(radicand, Fraction(1) / index if isinstance(index, Fraction) else 1 / _mp(index))
+        return _MP.sqrt(to_mp(radicand))
+    return _pow(radicand, Fraction(1) / index if isinstance(index, Fraction) else 1 / to_mp(index))
 
 
 def _integer(v: Value, limit: int) -> int:
@@ -361,17 +357,17 @@ def evaluate(node: tuple, env: dict[str, Any]) -> Value:
             if isinstance(acc, Fraction) and isinstance(v, Fraction):
                 acc = acc + v if kind == "add" else acc * v
             else:
-                acc = _mp(acc) + _mp(v) if kind == "add" else _mp(acc) * _mp(v)
+                acc = to_mp(acc) + to_mp(v) if kind == "add" else to_mp(acc) * to_mp(v)
             if isinstance(acc, Fraction) and max(acc.numerator.bit_length(), acc.denominator.bit_length()) > _MAX_BITS:
-                acc = _mp(acc)
-        return _check(acc)
+                acc = to_mp(acc)
+        return checked(acc)
     if kind == "div":
         a, b = evaluate(node[1], env), evaluate(node[2], env)
         if b == 0:
             raise Undefined("division by zero")
         if isinstance(a, Fraction) and isinstance(b, Fraction):
             return a / b
-        return _check(_mp(a) / _mp(b))
+        return checked(to_mp(a) / to_mp(b))
     if kind == "pow":
         return _pow(evaluate(node[1], env), evaluate(node[2], env))
     if kind == "root":
@@ -385,7 +381,7 @@ def evaluate(node: tuple, env: dict[str, Any]) -> Value:
         n = _integer(evaluate(node[1], env), 5000)
         return Fraction(math.comb(n, _integer(evaluate(node[2], env), n)))
     if kind == "func":
-        arg = _mp(evaluate(node[2], env))
+        arg = to_mp(evaluate(node[2], env))
         name = node[1]
         if name in ("ln", "log"):
             if arg == 0:
@@ -394,39 +390,8 @@ def evaluate(node: tuple, env: dict[str, Any]) -> Value:
         if name == "exp" and abs(arg) > 2000:
             raise TooLarge("exp too large")
         fn = {"asin": _MP.asin, "acos": _MP.acos, "atan": _MP.atan}.get(name) or getattr(_MP, name)
-        return _check(fn(arg))
+        return checked(fn(arg))
     raise Undefined(f"unknown node {kind}")
-
-
-def values_equal(a: Value | None, b: Value | None) -> bool:
-    if a is None or b is None:  # too large to compute
-        if a is None and b is None:
-            raise Undefined("both too large")
-        return False
-    if isinstance(a, Fraction) and isinstance(b, Fraction):
-        return a == b
-    x, y = _mp(a), _mp(b)
-    if _MP.isinf(x) or _MP.isinf(y):
-        return x == y
-    scale = max(abs(x), abs(y))
-    if scale < _ZERO_TOL:
-        return True
-    return abs(x - y) <= _REL_TOL * scale
-
-
-def _is_real(v: Value) -> bool:
-    return isinstance(v, Fraction) or not isinstance(v, type(_MP.mpc(0))) or _MP.im(v) == 0
-
-
-# Deterministic sample points: reproducible verdicts in every thread and process.
-_POSITIVE = ("0.6180339887498948482", "1.4142135623730950488", "2.6457513110645905905")
-_NEGATIVE = "-1.3247179572447460260"
-
-
-def _points(names: list[str]) -> tuple[list[dict[str, Any]], dict[str, Any]]:
-    pos = [{n: _MP.mpf(p) + _MP.mpf("0.3173") * k for k, n in enumerate(names)} for p in _POSITIVE]
-    neg = {n: _MP.mpf(_NEGATIVE) - _MP.mpf("0.2113") * k for k, n in enumerate(names)}
-    return pos, neg
 
 
 def _value_or_too_large(node: tuple) -> Value | None:
@@ -437,22 +402,11 @@ def _value_or_too_large(node: tuple) -> Value | None:
 
 
 def equal(a: tuple, b: tuple) -> bool | None:
-    """True/False when both trees evaluate; None when the numeric test cannot decide."""
+    """True/False when the trees decide; None when only a symbolic check can."""
+    names = sorted(variables(a) | variables(b))
     try:
-        names = sorted(variables(a) | variables(b))
         if not names:
             return values_equal(_value_or_too_large(a), _value_or_too_large(b))
-        positive, negative = _points(names)
-        for env in positive:
-            if not values_equal(evaluate(a, env), evaluate(b, env)):
-                return False
-    except (Undefined, ZeroDivisionError, OverflowError, ValueError, RecursionError):
+    except (ArithmeticError, ValueError, RecursionError):
         return None
-    # Positive samples agree (sqrt{1/n} = 1/sqrt{n}); a negative one still catches |x| vs x.
-    try:
-        va, vb = evaluate(a, negative), evaluate(b, negative)
-    except (Undefined, ZeroDivisionError, OverflowError, ValueError, RecursionError):
-        return True
-    if _is_real(va) and _is_real(vb) and not values_equal(va, vb):
-        return False
-    return True
+    return identical(lambda env: evaluate(a, env), lambda env: evaluate(b, env), names)

@@ -2,13 +2,18 @@
 different ways (``\\dfrac``, ``x = 3``, ``30^\\circ``, ``10\\text{ cm}``,
 ``1{,}000``, ``\\text{(B)}``) maps to one canonical string.
 
-Only rewrites that never change the mathematical value belong here; everything
-else is decided by :mod:`npu_rl.reward.latex_eval` or the symbolic fallback.
+Only rewrites that never change the mathematical value belong here, plus the
+two readings that both paths of the judge must share and that no LaTeX parser
+makes by itself: a mixed number (``2\\frac{1}{3}`` is 7/3, not 2/3) and a
+repeating decimal (``0.1\\overline{6}`` is 1/6), each rewritten as the exact
+fraction it stands for. Everything else is decided by
+:mod:`npu_rl.reward.latex_eval` or the symbolic fallback.
 """
 
 from __future__ import annotations
 
 import re
+from fractions import Fraction
 from functools import lru_cache
 
 _UNITS = (
@@ -26,6 +31,37 @@ _LHS = re.compile(r"^(?:[A-Za-z]|\\[A-Za-z]+)(?:_\{?\w+\}?)?(?:\([a-z]\))?\s*=(?
 _MEMBER = re.compile(r"^[A-Za-z]\s*\\in\s*")  # "x \in [-2, 7]" is the interval
 _THOUSANDS = re.compile(r"^-?\d{1,3}(?:,\d{3})+(?:\.\d+)?$")
 _MC = re.compile(r"^\(?([A-E])\)?$")
+_REALS = re.compile(r"\\mathbb\s*\{?\s*R\s*\}?")
+_ARG = r"\s*(?:\{\s*(\d+)\s*\}|(\d))"
+# 0.1\overline{6}; \bar is the other way to write the vinculum.
+_REPEATING = re.compile(r"(?<![\d.])(\d*)\.(\d*)\\(?:overline|bar)" + _ARG)
+# An integer and a proper fraction of integers side by side. Not after a letter,
+# a closing bracket or ^ _ . (x2\frac13, a^2\frac13, \frac{1}{2}3\frac14 are products).
+_MIXED = re.compile(r"(?<![\w.^_}\])\]\\])(\d+)\s*\\frac" + _ARG + _ARG)
+
+
+def _repeating(m: re.Match) -> str:
+    whole, fixed, period = m.group(1) or "0", m.group(2), m.group(3) or m.group(4)
+    scale = 10 ** len(fixed)
+    value = Fraction(int(whole + fixed), scale) + Fraction(int(period), scale * (10 ** len(period) - 1))
+    return f"(\\frac{{{value.numerator}}}{{{value.denominator}}})"
+
+
+def _mixed(m: re.Match) -> str:
+    num, den = int(m.group(2) or m.group(3)), int(m.group(4) or m.group(5))
+    if not 0 < num < den:
+        return m.group(0)  # 2\frac{4}{3} is no mixed number: TeX's product stands
+    value = int(m.group(1)) + Fraction(num, den)
+    return f"(\\frac{{{value.numerator}}}{{{value.denominator}}})"
+
+
+def read_numerals(s: str) -> str:
+    """Repeating decimals and mixed numbers as the exact fractions they stand for."""
+    if "\\overline" in s or "\\bar" in s:
+        s = _REPEATING.sub(_repeating, s)
+    if "\\frac" in s:
+        s = _MIXED.sub(_mixed, s)
+    return s
 
 
 def strip_math_delimiters(s: str) -> str:
@@ -46,6 +82,7 @@ def normalize(answer: str) -> str:
     s = s.replace("\\left.", "").replace("\\right.", "")
     s = _SPACING.sub(" ", s)
     s = _DEGREES.sub("", s)
+    s = _REALS.sub(r"(-\\infty,\\infty)", s)
     s = s.replace("\\%", "").replace("%", "").replace("\\$", "").replace("$", "")
     s = _TEXT_UNIT.sub("", s)
     for _ in range(3):  # nested \text{\textbf{...}}
@@ -60,6 +97,7 @@ def normalize(answer: str) -> str:
         s = _LHS.sub("", s).strip()
     s = _MEMBER.sub("", s).strip()
     s = re.sub(r"\s+", " ", s).strip()
+    s = read_numerals(s)
     if _THOUSANDS.match(s.replace(" ", "")):
         s = s.replace(",", "")
     mc = _MC.match(s)

@@ -98,7 +98,7 @@ def _nodes_of(docs) -> int:
 def test_every_pod_requests_the_nodes_npus_unprivileged_on_host_network(rendered):
     recipe, _, docs = rendered
     devices = _recipe_devices(docs)
-    acc = k8s.ACCELERATORS[recipe.resources.platform]
+    acc = k8s._accelerator(recipe)
     for role, _, tmpl in _pod_templates(_job(docs)):
         spec = tmpl["spec"]
         assert spec["hostNetwork"] is True, role
@@ -179,7 +179,25 @@ def test_a3_job_has_sixteen_pods_of_sixteen_npus():
     assert [(r, n) for r, n, _ in _pod_templates(job)] == [("head", 1), ("worker", 15)]
     spec = _pod_templates(job)[1][2]["spec"]
     assert spec["containers"][0]["resources"]["limits"]["huawei.com/Ascend910"] == 16
-    assert spec["nodeSelector"]["accelerator-type"] == "module-a3-16"
+    # The recipe's documented hardware: Atlas 900 A3 SuperPoD nodes, as MindCluster labels them.
+    assert spec["nodeSelector"]["accelerator-type"] == "module-a3-16-super-pod"
+    assert _pod_templates(job)[1][2]["metadata"]["labels"]["ring-controller.atlas"] == "ascend-910b"
+
+
+@pytest.mark.parametrize("cluster,label", [("box", "module-a3-16"), ("superpod-900", "module-a3-16-super-pod")])
+def test_a3_node_label_follows_the_cluster_type(cluster, label):
+    recipe = load_recipe("deepseek_r1_671b_a3", {"resources.cluster": cluster})
+    docs = list(yaml.safe_load_all(k8s.render_text(recipe, "volcano")))
+    for _, _, tmpl in _pod_templates(_job(docs)):
+        assert tmpl["spec"]["nodeSelector"] == {"accelerator-type": label}
+
+
+def test_a3_superpod_9000_nodes_hold_eight_npus():
+    recipe = load_recipe("deepseek_r1_671b_a3", {"resources.cluster": "superpod-9000"})
+    with pytest.raises(UserError, match="exceeds the 8 NPUs of a superpod-9000 node"):
+        k8s.render_text(recipe, "volcano")
+    with pytest.raises(UserError, match="is an Atlas A3 setting"):
+        load_recipe(QWEN, {"resources.cluster": "box"})
 
 
 def test_nodes_override_is_revalidated():

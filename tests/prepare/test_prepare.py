@@ -139,7 +139,7 @@ def test_data_files_the_conversion_does_not_write_are_an_error(ws):
 
 # --- weight conversion ---------------------------------------------------------------------
 
-# Stands in for DeepSeek's FP8 cast and verl's converter: logs its name, copies the input's
+# Stands in for the FP8 cast and verl's converter: logs its name, copies the input's
 # weights into its output (which must not exist yet), or exits with --fail's code.
 FAKE_TOOL = """\
 import shutil, sys
@@ -270,7 +270,7 @@ def test_the_deepseek_recipe_steps_name_their_outputs(ws):
     recipe = load_recipe("deepseek_r1_671b_a3")
     conv = recipe.prepare.weight_conversion
     steps = prepare_job.conversion_steps(recipe)
-    assert [s.name for s in steps] == ["fp8_cast_bf16.py", "converter_hf_to_mcore.py"]
+    assert [s.name for s in steps] == ["npu-rl model fp8-cast", "converter_hf_to_mcore.py"]
     assert [s.output for s in steps] == [ws / conv.bf16_path, ws / conv.mcore_path]
     assert prepare_job.fetch_target(recipe) == ws / conv.hf_path
 

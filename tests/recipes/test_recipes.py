@@ -85,7 +85,9 @@ def test_single_card_variant(tmp_path, monkeypatch):
     assert ov["trainer.n_gpus_per_node"] == "1"
     assert ov["actor_rollout_ref.rollout.tensor_model_parallel_size"] == "1"
     assert ov["actor_rollout_ref.rollout.enforce_eager"] == "True"
-    assert (ov["trainer.save_freq"], ov["trainer.test_freq"], ov["trainer.total_epochs"]) == ("70", "10", "5")
+    # 280 steps, the result its header names (10 epochs of 29 steps, capped; tests/recipes/test_qwen_recipes.py).
+    assert (ov["trainer.save_freq"], ov["trainer.test_freq"], ov["trainer.total_epochs"],
+            ov["trainer.total_training_steps"]) == ("70", "10", "10", "280")
 
 
 def test_reward_is_wired_as_verl_custom_reward(tmp_path, monkeypatch):

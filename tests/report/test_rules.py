@@ -42,6 +42,12 @@ def _low_entropy(m):
     set_from(m, "actor/entropy", 20, 0.05)
 
 
+def _low_start_halves(m):
+    # A model that starts near the absolute line (the tiny CPU model's ~0.1) and then halves.
+    set_from(m, "actor/entropy", 1, 0.105)
+    set_from(m, "actor/entropy", 20, 0.045)
+
+
 def _nan_pg_loss(m):
     m["actor/pg_loss"][17] = math.nan
 
@@ -93,6 +99,7 @@ def _reward_up_acc_flat(m):
     [
         (_collapse, {("entropy_collapse", "critical", "actor/entropy", 25)}),
         (_low_entropy, {("entropy_collapse", "warning", "actor/entropy", 20)}),
+        (_low_start_halves, {("entropy_collapse", "warning", "actor/entropy", 20)}),
         (_nan_pg_loss, {("non_finite", "critical", "actor/pg_loss", 17)}),
         (_inf_grad, {("non_finite", "critical", "actor/grad_norm", 33)}),
         (_grad_spike, {("grad_norm_spike", "warning", "actor/grad_norm", 30)}),
@@ -115,6 +122,13 @@ def test_pathology_found_at_its_step(tmp_path, inject, expected):
     assert keyed(findings) == expected
     severity = max(e[1] for e in expected)
     assert exit_code(findings) == (2 if severity == "critical" else 1)
+
+
+def test_entropy_that_starts_near_the_line_and_drifts_is_not_a_collapse(tmp_path):
+    metrics = healthy_metrics()
+    set_from(metrics, "actor/entropy", 1, 0.105)
+    set_from(metrics, "actor/entropy", 20, 0.09)  # below 0.1, but 86% of where it started
+    assert analyse(write_events(tmp_path / "run", metrics)) == []
 
 
 def test_finding_reports_value_and_what_to_check(tmp_path):

@@ -40,8 +40,10 @@ def test_recipe_validates_at_its_documented_scale():
     assert (r.algorithm.train_batch_size, r.algorithm.rollout_n) == (512, 16)
     assert (r.data.max_prompt_length, r.data.max_response_length) == (1024, 3072)
     assert r.optimizations.recompute_old_log_prob is False
-    for key in ("HCCL_BUFFSIZE", "HCCL_OP_EXPANSION_MODE", "VLLM_ENABLE_GRAPH_MODE", "VLLM_ENABLE_MC2"):
+    for key in ("HCCL_BUFFSIZE", "HCCL_OP_EXPANSION_MODE", "PYTORCH_NPU_ALLOC_CONF", "TASK_QUEUE_ENABLE"):
         assert key in r.env
+    # Read by nothing in vllm-ascend 0.9.1 (graph mode reaches vLLM as additional_config instead).
+    assert "VLLM_ENABLE_GRAPH_MODE" not in r.env and "VLLM_ENABLE_MC2" not in r.env
     for dotted in r.unverified:  # every 'unverified' entry names a real recipe field
         node = r.model_dump()
         for part in dotted.split("."):
@@ -51,7 +53,9 @@ def test_recipe_validates_at_its_documented_scale():
 
 def test_megatron_overrides_compose_onto_stock_verl():
     r = load_recipe(RECIPE)
-    cfg = _compose(megatron_overrides(r))
+    from npu_rl.launcher.overrides import rollout_engine_overrides
+
+    cfg = _compose(megatron_overrides(r) + rollout_engine_overrides(r))
     meg = cfg.actor_rollout_ref.actor.megatron
     assert (meg.tensor_model_parallel_size, meg.pipeline_model_parallel_size, meg.expert_model_parallel_size) == (4, 8, 8)
     assert cfg.actor_rollout_ref.ref.megatron.pipeline_model_parallel_size == 8
@@ -59,8 +63,12 @@ def test_megatron_overrides_compose_onto_stock_verl():
     # The ref inherits the actor's transformer overrides, so the layer split reaches both models.
     assert (tf["num_layers_in_first_pipeline_stage"], tf["num_layers_in_last_pipeline_stage"]) == (7, 6)
     rollout = cfg.actor_rollout_ref.rollout
-    assert rollout.expert_parallel_size == 256
-    assert rollout.expert_parallel_size == rollout.data_parallel_size * r.rollout.tensor_model_parallel_size
+    # verl's own rollout DP/EP stay 1 (its mesh would otherwise fold TP*DP ranks into one group); EP and
+    # DP reach vLLM through engine_kwargs and VLLM_DP_SIZE (npu_rl.patches.vllm_dp).
+    assert rollout.expert_parallel_size == 1 and rollout.data_parallel_size == 1
+    assert rollout.engine_kwargs.vllm.enable_expert_parallel is True
+    assert rollout.engine_kwargs.vllm.additional_config.torchair_graph_config.enabled is True
+    assert (tf["recompute_granularity"], tf["recompute_method"], tf["recompute_num_layers"]) == ("full", "block", 8)
     assert meg.use_dist_checkpointing and meg.dist_checkpointing_path.endswith("models/DeepSeek-R1-mcore")
     assert meg.use_mbridge is False
 
@@ -85,8 +93,10 @@ def test_reshard_switch_and_prepare_job():
     off = load_recipe(RECIPE, {"reshard.enabled": False})
     assert megatron_patches(off) == [] and megatron_env(off) == {}
     cmds = prepare_commands(r)
-    assert [c[1].rsplit("/", 1)[-1] for c in cmds] == ["fp8_cast_bf16.py", "converter_hf_to_mcore.py"]
-    assert cmds[0][-1] == cmds[1][3]  # the converter reads what the FP8 cast wrote
+    assert cmds[0][:5] == ["python", "-m", "npu_rl", "model", "fp8-cast"]
+    assert cmds[1][cmds[1].index("--hf_model_path") - 1].endswith("converter_hf_to_mcore.py")
+    # the converter reads what the FP8 cast wrote
+    assert cmds[0][-1] == cmds[1][cmds[1].index("--hf_model_path") + 1]
 
 
 def test_reshard_on_cpu_or_fsdp_is_a_recipe_error():

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+import signal
 import sys
 import time
 from concurrent.futures import ThreadPoolExecutor
@@ -36,19 +38,32 @@ def test_pathological_inputs_return_within_budget(reward, response, gt):
     assert elapsed < 1.0 + SLACK_S
 
 
-def test_a_stuck_symbolic_check_is_killed_and_the_pool_recovers(reward, respond):
-    from npu_rl.reward.budget import get_pool
-
-    pool = get_pool()
-    before = pool.timeouts
-    # Outside the fast subset (\lfloor), so sympy gets it and computes 9^(9^9) in C, deaf to signals.
-    stuck = respond("\\boxed{\\lfloor 9^{9^{9}} \\rfloor}")
-    r, elapsed = _timed(reward.compute_score, "math", stuck, "2", timeout_s=0.5)
+def test_a_slow_symbolic_check_scores_zero_within_budget(reward, respond):
+    # Outside the fast subset (\lfloor), so the worker's sympy gets it and starts on 9^(9^9).
+    slow = respond("\\boxed{\\lfloor 9^{9^{9}} \\rfloor}")
+    r, elapsed = _timed(reward.compute_score, "math", slow, "2", timeout_s=0.5)
     assert r["acc"] == 0.0 and elapsed < 0.5 + SLACK_S
-    assert pool.timeouts == before + 1
-    # A spare worker is ready: the next slow check is answered, not timed out.
     ok, _ = _timed(reward.compute_score, "math", respond("\\boxed{\\lfloor 2.5 \\rfloor}"), "2", timeout_s=5.0)
     assert ok["acc"] == 1.0
+
+
+def test_a_worker_deaf_to_signals_is_killed_and_replaced():
+    """A worker stuck in C code ignores its own timer; SIGSTOP makes one that is deaf for sure."""
+    from npu_rl.reward.budget import WorkerPool
+
+    pool = WorkerPool(max_workers=1)
+    try:
+        pool.start(1, wait_s=60)
+        (stuck,) = pool._idle
+        os.kill(stuck.proc.pid, signal.SIGSTOP)
+        start = time.monotonic()
+        verdict = pool.call("\\lfloor 2.5 \\rfloor", "2", start + 0.5)
+        assert verdict is None and time.monotonic() - start < 0.5 + SLACK_S
+        assert pool.timeouts == 1 and stuck.proc.wait(timeout=5) is not None
+        # Its replacement was started off the caller's clock and answers the next call.
+        assert pool.call("\\lfloor 2.5 \\rfloor", "2", time.monotonic() + 60) is True
+    finally:
+        pool.close()
 
 
 def test_threads_get_the_same_answers_as_the_main_thread(reward, respond):

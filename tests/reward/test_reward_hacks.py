@@ -15,6 +15,12 @@ HACKS = [
     "\\boxed{ }",
     "\\boxed{5",  # unclosed
     "\\boxed{5} and then \\boxed{6",
+    "\\boxed{5 \\text{ or } 6}",  # alternatives are a list, like enumerating
+    "\\boxed{x = 5 \\text{ or } x = 6}",
+    "\\boxed{5 \\lor 6}",
+    "\\boxed{x \\ge 5}",  # an interval that contains the answer is not the answer
+    "\\boxed{4 < x < 6}",
+    "\\boxed{x \\ne 6}",
     "5",  # the bare value without a box is fine, but not this: see the next test
 ]
 

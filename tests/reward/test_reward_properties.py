@@ -18,6 +18,7 @@ FRAGMENTS = [
     "\\{", "\\}", ",", "=", "\\pi", "e", "i", "x", "9", "0", "1", ".", "-", "+", "/", "\\cdot", "!", "|",
     "<think>\n", "\n</think>\n", "\n<answer>\n", "\n</answer>", "\\text{", "\\begin{pmatrix}", "\\end{pmatrix}",
     "\\\\", "&", "\\infty", "\\cup", "^\\circ", "\\%", "$", " ", "\n", "Step 1: solve", "\\lfloor", "\\rfloor",
+    "\\le", "<", ">", "\\ne", " \\text{ or } ", " and ", "\\overline{", "\\max(", "2\\frac13", "0.", "\\pm",
 ]  # fmt: skip
 latexish = st.lists(st.sampled_from(FRAGMENTS), max_size=60).map("".join)
 anything = st.one_of(st.text(max_size=300), latexish)

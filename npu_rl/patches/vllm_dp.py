@@ -1,0 +1,241 @@
+"""Rollout expert and data parallelism for verl 0.6.1's synchronous vLLM rollout (vllm-ascend 0.9.1).
+
+What upstream does: cann-recipes-train replaces verl's ``vLLMRollout.__init__``
+(``llm_rl/deepseek/verl_patches/workers/vllm_rollout/vllm_rollout_spmd.py``) so that
+every TP=2 vLLM engine is one data-parallel rank of a MoE engine whose experts are
+spread over TP x DP ranks: ``enable_expert_parallel=True``, ``VLLM_DP_SIZE`` from the
+environment with per-rank ``VLLM_DP_RANK`` / master address / port
+(``verl_patches/workers/vllm_rollout/vllm_parallel_state.py``), and a torchair graph /
+Ascend scheduler ``additional_config``.
+
+How it reaches vLLM here, without replacing verl's constructor:
+
+* ``enable_expert_parallel`` and ``additional_config`` are plain vLLM engine arguments;
+  verl 0.6.1's ``vLLMRollout.__init__`` passes ``rollout.engine_kwargs.vllm`` to
+  ``LLM(**engine_kwargs)`` unchanged, so the launcher emits them as hydra overrides
+  (:func:`npu_rl.launcher.megatron.megatron_overrides`). This patch only turns OmegaConf
+  nodes in them into plain containers (vLLM hashes and copies its config).
+* The data-parallel size cannot be an engine argument: vllm-ascend 0.9.1 replaces
+  ``ParallelConfig.__post_init__`` with one that always reads ``VLLM_DP_SIZE``,
+  ``VLLM_DP_RANK``, ``VLLM_DP_MASTER_IP`` and ``VLLM_DP_MASTER_PORT`` from the
+  environment (vllm-ascend v0.9.1 ``vllm_ascend/patch/platform/patch_0_9_1/patch_configs.py``).
+  The launcher sets ``VLLM_DP_SIZE`` for every worker; this patch derives the per-rank
+  variables right before verl builds the engine (:func:`dp_coords`, :func:`dp_env`).
+
+verl must keep its own ``rollout.data_parallel_size`` / ``expert_parallel_size`` at 1:
+its megatron worker builds the rollout mesh with ``infer_tp = TP * data_parallel_size``
+(verl 0.6.1 ``megatron_workers.py`` ``_build_rollout``), so a verl-side DP of 128 makes
+one 256-rank "TP group" that receives the whole batch on every rank. With 1, the batch
+is split over world/TP dispatch ranks, each TP pair generates its share, and vLLM's
+DP group (the MoE all-to-all domain) spans them, which is what upstream runs.
+Installed when a recipe sets ``rollout.expert_parallel`` (``NPU_RL_PATCHES=vllm_dp``).
+Importing this module does not import verl, torch or vLLM.
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from .guard import PatchVersionError, require_unchanged, require_verl
+from .hooks import when_imported
+
+PATCH_NAME = "vllm_dp"
+
+VLLM_ROLLOUT = "verl.workers.rollout.vllm_rollout.vllm_rollout_spmd"
+MEGATRON_WORKERS = "verl.workers.megatron_workers"
+
+DP_SIZE_ENV = "VLLM_DP_SIZE"
+# Each DP group's stateless process group takes ports from its master port upwards
+# (vLLM ParallelConfig.get_next_dp_init_port); groups whose leaders share a node get
+# ports this far apart.
+PORT_STRIDE = 16
+
+# Source fingerprints (npu_rl.patches.guard) of the verl 0.6.1 code this patch relies on:
+# vLLMRollout.__init__ builds LLM(...) with engine_kwargs.vllm passed through and no DP/EP
+# of its own; the megatron worker's rollout mesh is (world / (TP * rollout DP), TP * rollout DP).
+FINGERPRINTS = {
+    f"{VLLM_ROLLOUT}:vLLMRollout.__init__": "464155956de163dc",
+    f"{MEGATRON_WORKERS}:ActorRolloutRefWorker._build_rollout": "4871a4201f173df2",
+}
+
+
+def _check(module_name: str, path: Path | None = None) -> None:
+    mine = {t: fp for t, fp in FINGERPRINTS.items() if t.startswith(module_name + ":")}
+    require_unchanged(PATCH_NAME, mine, {module_name: path} if path else None)
+
+
+def install() -> None:
+    when_imported("verl", lambda m: require_verl(PATCH_NAME))
+    when_imported(VLLM_ROLLOUT, patch_vllm_rollout)
+    when_imported(MEGATRON_WORKERS, lambda m: _check(MEGATRON_WORKERS, Path(m.__file__)))
+
+
+# --- layout --------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class DPCoords:
+    dp_rank: int  # VLLM_DP_RANK
+    group: int  # which DP group (one per TP index and block of TP*DP ranks)
+    leader: int  # global rank of the group's DP rank 0 (its address is the group's master)
+
+
+def dp_coords(rank: int, world: int, tp: int, dp: int) -> DPCoords:
+    """Where ``rank`` sits in vLLM's DP groups: vLLM lays ranks out as (block, DP, PP=1, TP)
+    (vLLM 0.9.1 ``vllm/distributed/parallel_state.py`` ``initialize_model_parallel``)."""
+    block = tp * dp
+    if tp < 1 or dp < 1 or world % block:
+        raise PatchVersionError(f"rollout TP {tp} x vLLM DP {dp} does not divide the {world} ranks")
+    if not 0 <= rank < world:
+        raise PatchVersionError(f"rank {rank} outside the {world} ranks")
+    b, t = divmod(rank, block)
+    return DPCoords(dp_rank=t // tp, group=(rank // block) * tp + rank % tp, leader=b * block + rank % tp)
+
+
+def dp_env(rank: int, world: int, tp: int, dp: int, ips: list[str], base_port: int) -> dict[str, str]:
+    """The ``VLLM_DP_*`` variables vllm-ascend 0.9.1 builds ``ParallelConfig`` from, for one rank."""
+    c = dp_coords(rank, world, tp, dp)
+    return {
+        DP_SIZE_ENV: str(dp),
+        "VLLM_DP_RANK": str(c.dp_rank),
+        "VLLM_DP_MASTER_IP": ips[c.leader],
+        "VLLM_DP_MASTER_PORT": str(base_port + 1 + c.group * PORT_STRIDE),
+    }
+
+
+def requested_dp(environ=os.environ) -> int:
+    text = environ.get(DP_SIZE_ENV, "1") or "1"
+    try:
+        dp = int(text)
+    except ValueError:
+        raise PatchVersionError(f"{DP_SIZE_ENV}={text!r} is not an integer") from None
+    if dp < 1:
+        raise PatchVersionError(f"{DP_SIZE_ENV}={dp} must be >= 1")
+    return dp
+
+
+def expert_parallel_size(rollout_config: Any, environ=os.environ) -> int:
+    """The rollout's EP size: TP x vLLM DP when the engine runs expert parallel, else verl's own key."""
+    vllm_kwargs = (_get(rollout_config, "engine_kwargs") or {}).get("vllm", {}) or {}
+    tp = int(_get(rollout_config, "tensor_model_parallel_size") or 1)
+    if vllm_kwargs.get("enable_expert_parallel"):
+        return tp * requested_dp(environ)
+    return int(_get(rollout_config, "expert_parallel_size") or 1)
+
+
+def _get(obj: Any, key: str) -> Any:
+    if isinstance(obj, dict) or hasattr(obj, "keys") and hasattr(obj, "get"):
+        return obj.get(key)
+    return getattr(obj, key, None)
+
+
+def check_rollout_config(config: Any, world: int, dp: int) -> None:
+    """Refuse a rollout config with which vLLM DP would not do what upstream's run does."""
+    vllm_kwargs = (_get(config, "engine_kwargs") or {}).get("vllm", {}) or {}
+    tp = int(_get(config, "tensor_model_parallel_size") or 1)
+    problems = []
+    if not vllm_kwargs.get("enable_expert_parallel"):
+        problems.append("engine_kwargs.vllm.enable_expert_parallel is not True (vLLM offline DP is for MoE EP)")
+    for key in ("data_parallel_size", "expert_parallel_size"):
+        if int(_get(config, key) or 1) != 1:
+            problems.append(f"rollout.{key}={_get(config, key)} (verl's mesh would give every rank the whole batch)")
+    if world % (tp * dp):
+        problems.append(f"TP {tp} x {DP_SIZE_ENV} {dp} does not divide the {world} ranks")
+    if problems:
+        raise PatchVersionError(f"npu_rl patch {PATCH_NAME!r}: {DP_SIZE_ENV}={dp} but " + "; ".join(problems))
+
+
+# --- rollout -------------------------------------------------------------------------------------
+
+
+def node_ip() -> str:
+    """This process's address as the other ranks reach it (the HCCL interface `npu-rl ray` chose)."""
+    ip = os.environ.get("HCCL_IF_IP")
+    if ip:
+        return ip
+    import ray
+
+    return ray.util.get_node_ip_address()
+
+
+def gather_ips() -> list[str]:
+    import torch.distributed as dist
+
+    ips: list[Any] = [None] * dist.get_world_size()
+    dist.all_gather_object(ips, node_ip())
+    return [str(ip) for ip in ips]
+
+
+def prepare_dp_env(config: Any, environ=os.environ) -> dict[str, str]:
+    """Set this rank's ``VLLM_DP_*`` variables (a collective: every rank builds its rollout at once)."""
+    import torch.distributed as dist
+
+    dp = requested_dp(environ)
+    if dp == 1:
+        return {}
+    world, rank = dist.get_world_size(), dist.get_rank()
+    check_rollout_config(config, world, dp)
+    tp = int(_get(config, "tensor_model_parallel_size") or 1)
+    base = int(environ.get("MASTER_PORT", "29500"))
+    env = dp_env(rank, world, tp, dp, gather_ips(), base)
+    environ.update(env)
+    return env
+
+
+def _plain_engine_kwargs(config: Any) -> None:
+    """OmegaConf nodes in ``engine_kwargs.vllm`` -> plain dicts and lists, as vLLM expects."""
+    kwargs = _get(config, "engine_kwargs")
+    if not kwargs or "vllm" not in kwargs or kwargs["vllm"] is None:
+        return
+    try:
+        from omegaconf import DictConfig, ListConfig, OmegaConf
+    except ImportError:  # pragma: no cover - verl depends on omegaconf
+        return
+    vllm_kwargs = kwargs["vllm"]
+    if isinstance(vllm_kwargs, (DictConfig, ListConfig)):
+        vllm_kwargs = OmegaConf.to_container(vllm_kwargs, resolve=True)
+    plain = {k: OmegaConf.to_container(v, resolve=True) if isinstance(v, (DictConfig, ListConfig)) else v
+             for k, v in dict(vllm_kwargs).items()}
+    try:
+        kwargs["vllm"] = plain
+    except Exception:  # a read-only node: leave verl's view as it is
+        pass
+
+
+def _check_engine_groups(env: dict[str, str]) -> None:
+    """After the engine exists: vLLM's own DP group must place this rank where dp_env did."""
+    if not env:
+        return
+    try:
+        from vllm.distributed import parallel_state as vllm_ps
+    except ImportError:
+        return
+    group = getattr(vllm_ps, "_DP", None)
+    if group is not None and str(group.rank_in_group) != env["VLLM_DP_RANK"]:
+        raise PatchVersionError(
+            f"npu_rl patch {PATCH_NAME!r}: vLLM put this rank at DP rank {group.rank_in_group}, "
+            f"the patch computed {env['VLLM_DP_RANK']}; vLLM's rank layout changed, port the patch"
+        )
+
+
+def patch_vllm_rollout(module: Any, check: bool = True) -> None:
+    if check:
+        _check(VLLM_ROLLOUT, Path(module.__file__))
+    cls = module.vLLMRollout
+    if getattr(cls.__init__, "_npu_rl_vllm_dp", False):
+        return
+    original = cls.__init__
+
+    @functools.wraps(original)
+    def __init__(self, config, model_config, device_mesh, *args, **kwargs):
+        _plain_engine_kwargs(config)
+        env = prepare_dp_env(config)
+        original(self, config, model_config, device_mesh, *args, **kwargs)
+        _check_engine_groups(env)
+
+    __init__._npu_rl_vllm_dp = True
+    cls.__init__ = __init__

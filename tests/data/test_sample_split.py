@@ -1,0 +1,35 @@
+"""The demo's sample: a held-out test split, and problems whose answers the reward grades."""
+
+from __future__ import annotations
+
+import pyarrow.parquet as pq
+
+from npu_rl.data.math import extract_ground_truth
+from npu_rl.data.sample import GENERATORS, sample_dir, splits
+from npu_rl.reward.math import compute_score
+
+
+def test_test_split_shares_no_problem_with_train():
+    s = splits()
+    train, test = {r["problem"] for r in s["train"]}, [r["problem"] for r in s["test"]]
+    assert len(test) == len(set(test)) == 64 and len(train) == 256
+    assert not train.intersection(test)
+
+
+def test_committed_parquet_is_what_the_generator_writes():
+    for split, rows in splits().items():
+        (path,) = sample_dir().glob(f"{split}-*.parquet")
+        assert pq.read_table(path).to_pylist() == rows, f"{path} is stale: python -m npu_rl.data.sample"
+
+
+def test_every_form_is_in_both_splits_and_its_worked_answer_scores():
+    s = splits()
+    for split in ("train", "test"):
+        # the forms cycle, so every form is drawn in each split
+        assert len(s[split]) >= len(GENERATORS)
+    for row in s["test"]:
+        truth = extract_ground_truth(row["solution"])
+        right = f"<think>\nStep 1: x\n</think>\n<answer>\n\\boxed{{{truth}}}\n</answer>"
+        slipped = right.replace("{-", "{") if truth.startswith("-") else right.replace("{", "{-", 1)
+        assert compute_score("math", right, truth)["acc"] == 1.0
+        assert compute_score("math", slipped, truth)["acc"] == 0.0, slipped
