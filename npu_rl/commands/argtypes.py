@@ -38,6 +38,17 @@ def probability(text: str) -> float:
     return value
 
 
+def open_fraction(text: str) -> float:
+    """A share strictly between 0 and 1 (a split that leaves one side empty is refused)."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
+    if not 0.0 < value < 1.0:  # also refuses nan
+        raise argparse.ArgumentTypeError(f"{value} is not strictly between 0 and 1")
+    return value
+
+
 def output_dir(text: str) -> Path:
     """A directory to write into: created if missing; an existing file or an unwritable place is refused."""
     path = Path(text)

@@ -1,11 +1,12 @@
-"""`npu-rl data math --out DIR [--from DIR]`: MATH-lighteval -> verl parquet."""
+"""`npu-rl data math|deepscaler --out DIR [--from PATH]`: raw math data -> verl parquet."""
 
 from __future__ import annotations
 
 import argparse
 from pathlib import Path
 
-from .argtypes import output_dir
+from ..data.deepscaler import TRAIN_RATIO
+from .argtypes import open_fraction, output_dir
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -18,6 +19,15 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help="directory with the raw parquet files (offline); 'sample' for the bundled demo sample; "
                         "omit to load DigitalLearningGmbH/MATH-lighteval from the hub")
     m.set_defaults(func=_math)
+    d = dsub.add_parser("deepscaler", help="DeepScaleR-Preview deepscaler.json (problem, answer, solution) -> verl "
+                        "format, split in file order as cann-recipes-train's DeepSeek-R1 run does")
+    d.add_argument("--out", type=output_dir, required=True, help="writes OUT/train.parquet and OUT/test.parquet")
+    d.add_argument("--from", dest="source", type=Path, default=None,
+                   help="deepscaler.json, or a directory holding it (offline); omit to load "
+                        "agentica-org/DeepScaleR-Preview-Dataset from the hub")
+    d.add_argument("--train-ratio", type=open_fraction, default=TRAIN_RATIO,
+                   help=f"share of the file used for training (default {TRAIN_RATIO})")
+    d.set_defaults(func=_deepscaler)
 
 
 def source_path(text: str | None) -> Path | None:
@@ -29,6 +39,13 @@ def source_path(text: str | None) -> Path | None:
 
         return sample_dir()
     return Path(text)
+
+
+def _deepscaler(args: argparse.Namespace) -> int:
+    from ..data.deepscaler import prepare
+
+    prepare(args.out, args.source, train_ratio=args.train_ratio)
+    return 0
 
 
 def _math(args: argparse.Namespace) -> int:

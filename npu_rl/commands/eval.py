@@ -106,6 +106,9 @@ def run(args: argparse.Namespace) -> int:
                             ("--max-out-len", args.max_out_len)):
             if value not in (None, False):
                 raise UserError(f"{flag} applies to --backend opencompass only")
+    if backend == "opencompass" and recipe.data.format != "math-lighteval":
+        raise UserError(f"OpenCompass's math_gen_a58d9d evaluates MATH; the recipe trains on {recipe.data.format}: "
+                        "pass --set data.format=math-lighteval --set data.source_dir=<MATH-lighteval directory>")
     baseline, trained, step = _models(args, recipe)
     out = args.out or default_out(recipe)
     name = model_name(recipe)

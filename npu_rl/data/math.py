@@ -129,8 +129,13 @@ def prepare(out: Path, source: Path | None, hub_dataset: str = DATA_SOURCE) -> d
                             "\\boxed answer; nothing written")
         if skipped:
             print(f"{split}: {skipped} row(s) without a text problem or a \\boxed answer skipped", flush=True)
+    return write_splits(out, converted)
+
+
+def write_splits(out: Path, splits: dict[str, list[dict]]) -> dict[str, int]:
+    """``out/<split>.parquet`` for each split, once every split has been converted; rows per split."""
     counts = {}
-    for split, rows in converted.items():
+    for split, rows in splits.items():
         write_parquet(rows, out / f"{split}.parquet")
         counts[split] = len(rows)
         print(f"{split}: {len(rows)} rows -> {out / f'{split}.parquet'}", flush=True)

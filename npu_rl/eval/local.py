@@ -75,6 +75,9 @@ def _device(requested: str | None) -> str:
         return requested
     import torch
 
+    npu = getattr(torch, "npu", None)  # registered by torch_npu when it is imported
+    if npu is not None and npu.is_available():
+        return "npu"
     return "cuda" if torch.cuda.is_available() else "cpu"
 
 

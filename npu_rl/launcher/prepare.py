@@ -95,7 +95,7 @@ def recipe_source_dir(source_dir: str) -> Path:
 
 
 def data_source(recipe: Recipe, source: Path | None) -> Path | None:
-    """The raw MATH-lighteval directory to convert; None means the hub."""
+    """The raw data directory to convert (``data.format`` says which shape); None means the hub."""
     if source is not None:
         if not source.is_dir():
             raise UserError(f"--data-source {source}: directory not found")
@@ -109,18 +109,21 @@ def data_source(recipe: Recipe, source: Path | None) -> Path | None:
 
 
 def prepare_data(recipe: Recipe, source: Path | None = None) -> None:
-    from ..data.math import prepare as convert_math
+    if recipe.data.format == "deepscaler":
+        from ..data.deepscaler import prepare as convert
+    else:
+        from ..data.math import prepare as convert
 
     files = data_files(recipe)
     if all(f.is_file() for f in files):
         print(f"data: {', '.join(map(str, files))} already present", flush=True)
         return
     out = run_paths.resolve(recipe.data.train_files[0]).parent
-    convert_math(out, data_source(recipe, source), recipe.data.hub_dataset)
+    convert(out, data_source(recipe, source), recipe.data.hub_dataset)
     missing = [f for f in files if not f.is_file()]
     if missing:
-        raise UserError(f"data: {missing[0]} is not a file the MATH conversion writes (it writes train.parquet and "
-                        f"test.parquet into {out}); fix data.train_files / data.val_files")
+        raise UserError(f"data: {missing[0]} is not a file the {recipe.data.format} conversion writes (it writes "
+                        f"train.parquet and test.parquet into {out}); fix data.train_files / data.val_files")
 
 
 # --- weight conversion -----------------------------------------------------------------------

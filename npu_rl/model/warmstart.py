@@ -4,7 +4,7 @@ The NPU recipes start GRPO from an Instruct model that already answers in the
 expected layout and is sometimes right; a randomly initialised model is never
 right, every group gets the same reward, GRPO's advantages are all zero and no
 update happens. Teacher forcing on the sample's worked answers gives the tiny
-model that starting point in about twenty seconds.
+model that starting point in about half a minute on 2 cores.
 
 The teacher is fallible in two ways, each drawn afresh every time an example is
 used: with probability ``sign_error`` it gets the answer's sign wrong, and with

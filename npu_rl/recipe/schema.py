@@ -64,7 +64,10 @@ class DataSpec(_Strict):
     val_batch_size: int | None = Field(None, gt=0)
     shuffle: bool = True
     dataloader_num_workers: int | None = Field(None, ge=0)
-    # Where `npu-rl data math` reads the raw MATH-lighteval parquet from (offline is normal).
+    # The raw data's shape: MATH-lighteval parquet (`npu-rl data math`) or DeepScaleR-Preview's
+    # deepscaler.json (`npu-rl data deepscaler`, what cann-recipes-train's DeepSeek-R1 run trains on).
+    format: Literal["math-lighteval", "deepscaler"] = "math-lighteval"
+    # Where the raw data is read from (offline is normal); the hub dataset is the fallback.
     source_dir: str | None = None
     hub_dataset: str = "DigitalLearningGmbH/MATH-lighteval"
 

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+
 import pyarrow.parquet as pq
 
 from npu_rl.data.math import extract_ground_truth
@@ -22,11 +24,17 @@ def test_committed_parquet_is_what_the_generator_writes():
         assert pq.read_table(path).to_pylist() == rows, f"{path} is stale: python -m npu_rl.data.sample"
 
 
+FORMS = {"solve +": r"^Solve for \$\w\$: \$\w \+ ", "solve -": r"^Solve for \$\w\$: \$\w - ",
+         "abs": r"^What is \$\|-", "double negative": r"^Simplify \$-\(-",
+         "times -1": r"\\times \(-1\)", "negated abs": r"^What is \$-\|"}
+
+
 def test_every_form_is_in_both_splits_and_its_worked_answer_scores():
     s = splits()
+    assert len(FORMS) == len(GENERATORS)
     for split in ("train", "test"):
-        # the forms cycle, so every form is drawn in each split
-        assert len(s[split]) >= len(GENERATORS)
+        seen = {form for row in s[split] for form, pattern in FORMS.items() if re.search(pattern, row["problem"])}
+        assert seen == set(FORMS), split
     for row in s["test"]:
         truth = extract_ground_truth(row["solution"])
         right = f"<think>\nStep 1: x\n</think>\n<answer>\n\\boxed{{{truth}}}\n</answer>"

@@ -133,7 +133,7 @@ def test_data_from_an_explicit_directory_and_only_when_a_file_is_missing(ws, tmp
 
 def test_data_files_the_conversion_does_not_write_are_an_error(ws):
     recipe = load_recipe(RECIPE, {"data.val_files": ["data/math-sample/validation.parquet"]})
-    with pytest.raises(UserError, match=r"validation\.parquet is not a file the MATH conversion writes"):
+    with pytest.raises(UserError, match=r"validation\.parquet is not a file the math-lighteval conversion writes"):
         prepare_job.prepare_data(recipe)
 
 
