@@ -5,34 +5,35 @@ from __future__ import annotations
 import argparse
 import os
 from pathlib import Path
+from typing import Callable, TypeVar
+
+N = TypeVar("N", int, float)
+
+
+def _parse(text: str, convert: Callable[[str], N], what: str) -> N:
+    try:
+        return convert(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not {what}") from None
 
 
 def port(text: str) -> int:
     """A TCP port number (0 lets the OS choose where a command allows it)."""
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a port number") from None
+    value = _parse(text, int, "a port number")
     if not 0 <= value <= 65535:
         raise argparse.ArgumentTypeError(f"port {value} is outside 0-65535")
     return value
 
 
 def positive_int(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not an integer") from None
+    value = _parse(text, int, "an integer")
     if value < 1:
         raise argparse.ArgumentTypeError(f"{value} must be >= 1")
     return value
 
 
 def probability(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
+    value = _parse(text, float, "a number")
     if not 0.0 <= value <= 1.0:  # also refuses nan
         raise argparse.ArgumentTypeError(f"{value} is not a probability in [0, 1]")
     return value
@@ -40,10 +41,7 @@ def probability(text: str) -> float:
 
 def open_fraction(text: str) -> float:
     """A share strictly between 0 and 1 (a split that leaves one side empty is refused)."""
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
+    value = _parse(text, float, "a number")
     if not 0.0 < value < 1.0:  # also refuses nan
         raise argparse.ArgumentTypeError(f"{value} is not strictly between 0 and 1")
     return value

@@ -100,3 +100,11 @@ def require_unchanged(patch_name: str, fingerprints: dict[str, str], paths: dict
             f"npu_rl patch {patch_name!r}: verl's {', '.join(sorted(changed))} changed since the patch was "
             "written; port the patch"
         )
+
+
+def require_module_unchanged(patch_name: str, fingerprints: dict[str, str], module_name: str,
+                             path: Path | None = None) -> None:
+    """``require_unchanged`` for the fingerprints of one module (``"<module>:<qualname>"`` keys), checked
+    when that module is imported: ``path`` is its file, or it is located without importing it."""
+    mine = {t: fp for t, fp in fingerprints.items() if t.startswith(module_name + ":")}
+    require_unchanged(patch_name, mine, {module_name: path} if path else None)

@@ -30,7 +30,7 @@ import functools
 from pathlib import Path
 from typing import Any
 
-from .guard import require_unchanged, require_verl
+from .guard import require_module_unchanged, require_verl
 from .hooks import when_imported
 
 PATCH_NAME = "old_log_prob"
@@ -71,8 +71,7 @@ class OldLogProbConfigError(ValueError):
 
 
 def _check(module_name: str, path: Path | None = None) -> None:
-    mine = {t: fp for t, fp in FINGERPRINTS.items() if t.startswith(module_name + ":")}
-    require_unchanged(PATCH_NAME, mine, {module_name: path} if path else None)
+    require_module_unchanged(PATCH_NAME, FINGERPRINTS, module_name, path)
 
 
 def install() -> None:

@@ -16,7 +16,7 @@ import contextvars
 from pathlib import Path
 from typing import Any
 
-from .guard import PatchVersionError, require_unchanged, require_verl
+from .guard import PatchVersionError, require_module_unchanged, require_verl
 from .hooks import when_imported
 
 PATCH_NAME = "reshard"
@@ -39,8 +39,7 @@ _worker: contextvars.ContextVar[Any] = contextvars.ContextVar("npu_rl_reshard_wo
 
 
 def _check(module_name: str, path: Path | None = None) -> None:
-    mine = {t: fp for t, fp in FINGERPRINTS.items() if t.startswith(module_name + ":")}
-    require_unchanged(PATCH_NAME, mine, {module_name: path} if path else None)
+    require_module_unchanged(PATCH_NAME, FINGERPRINTS, module_name, path)
 
 
 def install() -> None:
