@@ -10,23 +10,30 @@ EVAL_VENV ?= .venv-eval
 EVAL_STAMP := $(EVAL_VENV)/.installed
 PYTEST_ARGS ?=
 
-.PHONY: all venv demo test test-fast lint render clean help eval-venv
+.PHONY: all venv demo test test-fast lint render clean help eval-venv lock image-cpu
 
 help:
 	@echo "make demo   - tiny Qwen2 GRPO on CPU: model, data, train (Ray), merge, eval, report"
 	@echo "make test   - full test suite (includes the CPU end-to-end run)"
 	@echo "make render - re-render compose/ and k8s/ from the recipes"
 	@echo "make venv   - only create $(VENV) with the pinned CPU environment"
+	@echo "make image-cpu - build the CPU image (Docker or podman) from configs/locks/cpu.txt"
+	@echo "make lock   - regenerate configs/locks/ (uv) from configs/versions.yaml and pyproject.toml"
 	@echo "make eval-venv - OpenCompass 0.5.4 in its own environment ($(EVAL_VENV)) for npu-rl eval --backend opencompass"
 
 venv: $(STAMP)
 
-$(STAMP): pyproject.toml configs/versions.yaml
+# Every install reads a lock (configs/locks/, `make lock`): the whole set, with hashes, so pip
+# resolves nothing. torch-args adds the CPU torch index unless this machine's pip has the wheel.
+LOCKS := configs/locks
+PIP_LOCKED = $(1)/bin/python -m pip install --progress-bar on --no-deps --require-hashes \
+	$$($(PYTHON) -m npu_rl.envs.pipconf torch-args $(2)) -r $(2)
+
+$(STAMP): $(LOCKS)/cpu.txt $(LOCKS)/dev.txt pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install -q --upgrade pip
-	$(BIN)/python -m pip install -q pyyaml
-	$(BIN)/python -m npu_rl.versions constraints > $(VENV)/constraints.txt
-	$(BIN)/python -m pip install --progress-bar on -c $(VENV)/constraints.txt -e '.[train,ops,dev]'
+	$(call PIP_LOCKED,$(VENV),$(LOCKS)/cpu.txt) -r $(LOCKS)/dev.txt
+	$(BIN)/python -m pip install -q --no-deps -e .
 	touch $@
 
 demo: $(STAMP)
@@ -51,8 +58,17 @@ clean:
 
 eval-venv: $(EVAL_STAMP)
 
-$(EVAL_STAMP): configs/eval/requirements.txt
+$(EVAL_STAMP): $(LOCKS)/eval.txt
 	$(PYTHON) -m venv $(EVAL_VENV)
 	$(EVAL_VENV)/bin/python -m pip install -q --upgrade pip
-	$(EVAL_VENV)/bin/python -m pip install -q --progress-bar off -r configs/eval/requirements.txt
+	$(call PIP_LOCKED,$(EVAL_VENV),$(LOCKS)/eval.txt)
 	touch $@
+
+# The CPU image (npu-rl:<version>-cpu, as compose's cpu-demo expects) with Docker, or with podman
+# when there is no Docker; on a stand-in base when python:3.11-slim-bookworm cannot be pulled.
+image-cpu: $(STAMP)
+	$(BIN)/npu-rl image build --variant cpu
+
+# Regenerate every lock from configs/versions.yaml and pyproject.toml (uv; tests/envs fails on a stale one).
+lock: $(STAMP)
+	$(BIN)/python -m npu_rl.envs.locks compile

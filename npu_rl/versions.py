@@ -44,8 +44,9 @@ def cpu_constraints(pins: dict[str, Any] | None = None) -> list[str]:
     return [
         f"verl{_spec(get('verl.version', pins))}",
         f"torch{_spec(get('cpu.torch', pins))}",
-        f"numpy{_spec(get('cpu.numpy', pins))}",
-        f"pyarrow{_spec(get('cpu.pyarrow', pins))}",
+        f"numpy{_spec(get('common.numpy', pins))}",
+        f"pyarrow{_spec(get('common.pyarrow', pins))}",
+        f"datasets{_spec(get('common.datasets', pins))}",
         f"transformers{_spec(get('common.transformers', pins))}",
         f"ray{_spec(get('common.ray', pins))}",
         # The NPU image's Megatron-core, also on CPU: verl's megatron workers import it (the rehearsal).

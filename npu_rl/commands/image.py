@@ -1,4 +1,4 @@
-"""`npu-rl image build [--variant a2|a3|cpu] [--target runtime|eval] [--tag T] [--push]`."""
+"""`npu-rl image build [--variant a2|a3|cpu] [--target runtime|eval] [--tag T] [--base-image REF] [--push]`."""
 
 from __future__ import annotations
 
@@ -19,6 +19,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     b.add_argument("--tag", default=None, help="image tag (default: npu-rl:<version>-<variant>)")
     b.add_argument("--push", action="store_true", help="push the tag after building")
     b.add_argument("--host", default=None, help="Docker API address (default: DOCKER_HOST or the local socket)")
+    b.add_argument("--base-image", default=None,
+                   help="image to build on (default: the pin; for the CPU image, a local stand-in made "
+                        "with mmdebstrap when python:<version>-slim-bookworm cannot be pulled)")
     b.add_argument("--no-cache", action="store_true", help="build every layer again")
     b.add_argument("--verbose", "-v", action="store_true", help="print every build output line")
     b.set_defaults(func=_build)
@@ -27,7 +30,8 @@ def register(sub: argparse._SubParsersAction) -> None:
 def _build(args: argparse.Namespace) -> int:
     from ..image.build import build_variant
 
-    tag = build_variant(args.variant, root=project_root(), target=args.target, tag=args.tag, push=args.push,
-                        host=args.host, nocache=args.no_cache, verbose=args.verbose)
-    print(f"built {tag}" + (" and pushed it" if args.push else ""))
+    built = build_variant(args.variant, root=project_root(), target=args.target, tag=args.tag, push=args.push,
+                          host=args.host, nocache=args.no_cache, verbose=args.verbose, base_image=args.base_image)
+    print(f"built {built.tag} on {built.base}: {built.size_bytes / 1e9:.2f} GB in {built.seconds:.0f} s"
+          + (" and pushed it" if args.push else ""))
     return 0

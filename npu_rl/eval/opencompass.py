@@ -52,8 +52,9 @@ EVAL_REQUIREMENTS = (
     ("torch", "cpu.torch"),
     ("transformers", "common.transformers"),
     # pyarrow 24+ needs NumPy 2, and OpenCompass 0.5.4 needs numpy<2 (datasets imports pyarrow).
-    ("numpy", "cpu.numpy"),
-    ("pyarrow", "cpu.pyarrow"),
+    ("numpy", "common.numpy"),
+    ("pyarrow", "common.pyarrow"),
+    ("datasets", "eval.datasets"),
     # math_gen_a58d9d grades with MATHVerifyEvaluator, which imports math_verify (not an
     # OpenCompass dependency); the training reward's version and ANTLR runtime.
     ("math-verify[antlr4-9-3]", "reward.math_verify"),

@@ -1,48 +1,76 @@
 """Building and pushing the images through the Docker Engine API (Docker SDK for Python).
 
 The SDK talks to any Docker-compatible API: Docker, or ``podman system service``
-(what the tests use).
+(``engine`` starts one when there is no Docker).
 """
 
 from __future__ import annotations
 
 import os
 import sys
+import tempfile
+import threading
+import time
+from contextlib import contextmanager
+from dataclasses import dataclass
+from functools import partial
+from http.server import SimpleHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
-from typing import Any, Iterable
+from typing import Any, Iterable, Iterator
 
+from ..envs import pipconf
+from ..envs.locks import LOCK_DIR
 from ..errors import UserError
+from .base import ensure_base
+from .engine import DEFAULT_HOST, _one_line, docker_sdk, engine
+from .engine import connect as _connect
 from .progress import Display, parse_chunk
 from .spec import build_args, spec
 
-DEFAULT_HOST = "unix:///var/run/docker.sock"
-
-
-def _one_line(err: BaseException) -> str:
-    return " ".join(str(err).split()) or type(err).__name__
-
-
-def _docker() -> Any:
-    try:
-        import docker
-    except ImportError:
-        raise UserError("the docker Python package is missing: pip install 'npu-rl[ops]'") from None
-    return docker
 
 
 def connect(host: str | None = None) -> Any:
     """A client for ``host`` (default: DOCKER_HOST, then the local socket) that answered a ping."""
-    docker = _docker()
-    where = host or os.environ.get("DOCKER_HOST") or DEFAULT_HOST
-    try:
-        client = docker.DockerClient(base_url=host) if host else docker.from_env()
-        client.ping()
-    except docker.errors.DockerException as err:
-        raise UserError(
-            f"no Docker daemon reachable at {where}: start Docker or point DOCKER_HOST/--host at one "
-            f"({_one_line(err)})"
-        ) from None
-    return client
+    return _connect(host or os.environ.get("DOCKER_HOST") or DEFAULT_HOST)
+
+
+@contextmanager
+def serve_files(files: dict[str, Path]) -> Iterator[str | None]:
+    """Serve ``files`` (name -> path) on 127.0.0.1 for the length of a build; the index page is
+    a pip find-links page.
+
+    A build cannot see the host's folders; with host networking it can read this page.
+    """
+    if not files:
+        yield None
+        return
+    with tempfile.TemporaryDirectory(prefix="npu-rl-build-files-") as tmp:
+        for name, path in files.items():
+            (Path(tmp) / name).symlink_to(path)
+        handler = partial(_QuietHandler, directory=tmp)
+        server = ThreadingHTTPServer(("127.0.0.1", 0), handler)
+        thread = threading.Thread(target=server.serve_forever, daemon=True)
+        thread.start()
+        try:
+            yield f"http://127.0.0.1:{server.server_address[1]}/"
+        finally:
+            server.shutdown()
+            server.server_close()
+
+
+class _QuietHandler(SimpleHTTPRequestHandler):
+    def log_message(self, format: str, *args: Any) -> None:  # noqa: A002 - the base class's name
+        pass
+
+
+CERT_NAME = "pip-cert.pem"
+
+
+def local_torch_wheels(root: Path) -> list[Path]:
+    """The CPU lock's torch wheel, when this machine's pip has it in a find-links folder."""
+    version, _ = pipconf.lock_torch(root / LOCK_DIR / "cpu.txt")
+    wheel = pipconf.local_wheel("torch", version.split("+")[0]) if version else None
+    return [wheel] if wheel else []
 
 
 def _consume(chunks: Iterable[dict[str, Any]], display: Display, what: str) -> str | None:
@@ -76,16 +104,17 @@ def build_image(
     nocache: bool = False,
     verbose: bool = False,
     console: Any = None,
+    network_mode: str | None = None,
 ) -> str:
     """Build ``dockerfile`` (relative to ``context``) as ``tag``; returns the image id."""
-    docker = _docker()
+    docker = docker_sdk()
     if not (context / dockerfile).is_file():
         raise UserError(f"no {dockerfile} under {context} (run from an npu-rl checkout)")
     with Display(f"building {tag}", verbose=verbose, console=console) as display:
         try:
             stream = client.api.build(
                 path=str(context), dockerfile=dockerfile, tag=tag, buildargs=buildargs, target=target,
-                rm=True, forcerm=True, nocache=nocache, decode=True,
+                rm=True, forcerm=True, nocache=nocache, decode=True, network_mode=network_mode,
             )
             image_id = _consume(stream, display, f"building {tag}")
         except docker.errors.APIError as err:
@@ -97,7 +126,7 @@ def build_image(
 
 
 def push_image(client: Any, tag: str, *, verbose: bool = False, console: Any = None) -> None:
-    docker = _docker()
+    docker = docker_sdk()
     repository, _, version = tag.rpartition(":")
     if not repository or "/" in version:
         repository, version = tag, "latest"
@@ -107,6 +136,14 @@ def push_image(client: Any, tag: str, *, verbose: bool = False, console: Any = N
         except docker.errors.APIError as err:
             raise UserError(f"pushing {tag} failed: {_one_line(err)}") from None
         display.finish()
+
+
+@dataclass(frozen=True)
+class Built:
+    tag: str
+    size_bytes: int
+    seconds: float
+    base: str
 
 
 def build_variant(
@@ -119,16 +156,42 @@ def build_variant(
     host: str | None = None,
     nocache: bool = False,
     verbose: bool = False,
-) -> str:
-    """``npu-rl image build``: build (and optionally push) one image variant; returns its tag."""
+    base_image: str | None = None,
+    log=print,
+) -> Built:
+    """``npu-rl image build``: build (and optionally push) one image variant.
+
+    Builds run with host networking: that is how a podman build reaches PyPI here, and how
+    it reads the wheels this machine's pip carries (served on 127.0.0.1 for the build).
+    """
     try:
         image = spec(variant, target)
     except ValueError as err:
         raise UserError(str(err)) from None
     tag = tag or image.tag
-    client = connect(host)
-    build_image(client, context=root, dockerfile=image.dockerfile, tag=tag, buildargs=build_args(variant),
-                target=image.target, nocache=nocache, verbose=verbose)
-    if push:
-        push_image(client, tag, verbose=verbose)
-    return tag
+    args = build_args(variant)
+    start = time.monotonic()
+    with engine(host) as eng:
+        log(f"engine: {eng.name} at {eng.host}")
+        if variant == "cpu":
+            args["BASE_IMAGE"] = ensure_base(eng.client, base_image, log=log)
+        elif base_image:
+            args["BASE_IMAGE"] = base_image
+        wheels = local_torch_wheels(root) if variant == "cpu" else []
+        cert = pipconf.cert_file() if variant == "cpu" else None
+        files = {w.name: w for w in wheels} | ({CERT_NAME: cert} if cert else {})
+        with serve_files(files) as url:
+            if wheels:
+                log(f"wheels: {', '.join(w.name for w in wheels)} from this machine's pip find-links")
+                args["PIP_FIND_LINKS"] = url
+                args["TORCH_INDEX_URL"] = ""
+            if cert:
+                # Fetched and deleted inside the RUN step that installs: it stays out of the layers.
+                log(f"certificate: pip's CA bundle {cert}")
+                args["PIP_CERT_URL"] = f"{url}{CERT_NAME}"
+            build_image(eng.client, context=root, dockerfile=image.dockerfile, tag=tag, buildargs=args,
+                        target=image.target, nocache=nocache, verbose=verbose, network_mode="host")
+        size = int(eng.client.images.get(tag).attrs.get("Size") or 0)
+        if push:
+            push_image(eng.client, tag, verbose=verbose)
+    return Built(tag, size, time.monotonic() - start, args["BASE_IMAGE"])

@@ -11,6 +11,8 @@ from typing import Any
 from .. import __version__, versions
 
 VARIANTS = ("a2", "a3", "cpu")
+# Build args a builder may add that are no version (left empty, the Dockerfile does without).
+OPTIONAL_ARGS = ("PIP_FIND_LINKS", "PIP_CERT_URL")
 # Stages of docker/Dockerfile: `runtime` trains, `eval` adds OpenCompass on top.
 ASCEND_TARGETS = ("runtime", "eval")
 
@@ -44,11 +46,6 @@ def spec(variant: str, target: str | None = None) -> ImageSpec:
     return ImageSpec(variant, target)
 
 
-def _constraints(lines: list[str]) -> str:
-    # One build arg holding the pip constraints, split into lines by the Dockerfile.
-    return " ".join(lines)
-
-
 def build_args(variant: str, pins: dict[str, Any] | None = None) -> dict[str, str]:
     """Every version the Dockerfile for ``variant`` uses, keyed by its ARG name."""
     p = pins if pins is not None else versions.load()
@@ -67,7 +64,6 @@ def build_args(variant: str, pins: dict[str, Any] | None = None) -> dict[str, st
             "BASE_IMAGE": f"python:{g('common.python')}-slim-bookworm",
             "TORCH_INDEX_URL": g("cpu.torch_index_url"),
             "TORCH_VERSION": g("cpu.torch"),
-            "PIP_CONSTRAINTS": _constraints(versions.cpu_constraints(p)),
             **common,
         }
     if variant not in VARIANTS:
@@ -88,14 +84,5 @@ def build_args(variant: str, pins: dict[str, Any] | None = None) -> dict[str, st
         "SWANLAB_VERSION": g("dashboards.swanlab"),
         "JUPYTERLAB_VERSION": g("dashboards.jupyterlab"),
         "OPENCOMPASS_VERSION": g("eval.opencompass"),
-        # The base image's torch/torch_npu stay as they are; Ascend ships post
-        # releases of the pinned torch_npu (2.5.1.post1), hence the prefix match.
-        "PIP_CONSTRAINTS": _constraints([
-            f"torch=={g('ascend.torch')}",
-            f"torch-npu=={g('ascend.torch_npu')}.*",
-            f"transformers=={g('common.transformers')}",
-            f"ray=={g('common.ray')}",
-            f"tensorboard=={g('dashboards.tensorboard')}",
-        ]),
         **common,
     }

@@ -1,0 +1,1 @@
+"""The project's Python environments: their locks (``locks``) and where pip finds wheels (``pipconf``)."""

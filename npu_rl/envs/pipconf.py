@@ -1,0 +1,101 @@
+"""What this machine's pip is configured to read, so that other installers (uv, image builds) can read it too.
+
+A machine can carry wheels that its index does not (the CPU torch wheel, here in a
+``find-links`` folder); an image build or uv does not see pip's configuration unless it is
+handed over, which is all this module does.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+
+def _config_values(key: str) -> list[str]:
+    """Values of one pip option from the environment (PIP_<KEY>) and ``pip config list``."""
+    values: list[str] = []
+    env = os.environ.get("PIP_" + key.upper().replace("-", "_"))
+    if env:
+        values += env.split()
+    try:
+        out = subprocess.run([sys.executable, "-m", "pip", "config", "list"], capture_output=True, text=True,
+                             timeout=60).stdout
+    except (OSError, subprocess.TimeoutExpired):
+        out = ""
+    for line in out.splitlines():
+        name, _, value = line.partition("=")
+        if name.split(".")[-1] == key:
+            values += value.strip().strip("'\"").split()
+    return list(dict.fromkeys(values))
+
+
+def find_links_dirs() -> list[Path]:
+    """The local folders among pip's ``find-links`` (URLs are left to pip itself)."""
+    dirs = []
+    for value in _config_values("find-links"):
+        path = Path(value.removeprefix("file://"))
+        if not value.startswith(("http://", "https://")) and path.is_dir():
+            dirs.append(path)
+    return dirs
+
+
+def cert_file() -> Path | None:
+    """The CA bundle pip is told to trust (``cert``), when it is a file here.
+
+    A machine behind a TLS-inspecting proxy trusts the proxy's CA through it; a container
+    built there needs the same bundle to reach PyPI.
+    """
+    for value in _config_values("cert"):
+        if Path(value).is_file():
+            return Path(value)
+    return None
+
+
+def local_wheel(name: str, version: str, dirs: list[Path] | None = None) -> Path | None:
+    """A wheel of ``name==version`` (any local label, e.g. ``+cpu``) in the find-links folders."""
+    stem = name.replace("-", "_")
+    for folder in find_links_dirs() if dirs is None else dirs:
+        for wheel in sorted(folder.glob(f"{stem}-{version}*.whl")):
+            rest = wheel.name[len(stem) + 1 + len(version):]
+            if rest.startswith(("-", "+")):
+                return wheel
+    return None
+
+
+def lock_torch(lock: Path) -> tuple[str | None, str | None]:
+    """(torch version, torch index) that a lock file names, from its pin and header."""
+    version = index = None
+    for line in lock.read_text(encoding="utf-8").splitlines():
+        if line.startswith("# torch-index: "):
+            index = line.split(":", 1)[1].strip()
+        elif line.startswith("torch=="):
+            version = line.split("==", 1)[1].split()[0].split(";")[0]
+    return version, index
+
+
+def torch_args(lock: Path) -> list[str]:
+    """pip arguments that let ``pip install -r lock`` find its CPU torch wheel.
+
+    Nothing when this machine's pip already has the wheel in a find-links folder (the index
+    would only be asked, and here it cannot be reached); else the CPU wheel index.
+    """
+    version, index = lock_torch(lock)
+    if not version or not index:
+        return []
+    base = version.split("+")[0]
+    return [] if local_wheel("torch", base) else ["--extra-index-url", index]
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if len(argv) == 2 and argv[0] == "torch-args":
+        print(" ".join(torch_args(Path(argv[1]))))
+        return 0
+    print("usage: python -m npu_rl.envs.pipconf torch-args LOCK", file=sys.stderr)
+    return 2
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
