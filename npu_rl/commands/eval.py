@@ -14,14 +14,13 @@ from pathlib import Path
 from ..errors import UserError
 from ..launcher.paths import log_root
 from ..launcher.paths import resolve as _resolve
-from ..recipe import load_recipe, parse_set_args
 from ..recipe.schema import Recipe
+from . import options
 
 
 def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("eval", help="evaluate the base model and a trained step (table: model, step, dataset, metric, score)")
-    p.add_argument("--recipe", required=True, help="recipe name (configs/recipes) or YAML path")
-    p.add_argument("--set", action="append", metavar="KEY=VALUE", help="override a recipe field (dotted)")
+    options.add_recipe(p)
     which = p.add_mutually_exclusive_group()
     which.add_argument("--step", type=int, help="evaluate the merged checkpoint of this step (default: newest saved)")
     which.add_argument("--model", type=Path, help="evaluate this Hugging Face model directory instead")
@@ -97,7 +96,7 @@ def _check_model(path: Path, what: str) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    recipe = load_recipe(args.recipe, parse_set_args(args.set))
+    recipe = options.load(args)
     if args.limit is not None and args.limit <= 0:
         raise UserError(f"--limit must be positive (got {args.limit})")
     backend = args.backend or ("local" if recipe.resources.platform == "cpu" else "opencompass")
