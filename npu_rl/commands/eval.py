@@ -12,8 +12,8 @@ import shlex
 from pathlib import Path
 
 from ..errors import UserError
-from ..launcher.paths import log_root
-from ..launcher.paths import resolve as _resolve
+from ..launcher.run_files import log_root
+from ..launcher.run_files import resolve as _resolve
 from ..recipe.schema import Recipe
 from . import options
 
@@ -63,7 +63,7 @@ def _chat_template(recipe: Recipe) -> str | None:
 
 def _models(args: argparse.Namespace, recipe: Recipe):
     """(baseline dir or None, trained dir, trained step), every path checked before any work."""
-    from ..eval.paths import resolve_trained_model, step_of
+    from ..eval.trained_model import resolve_trained_model, step_of
 
     if args.model is not None:
         trained = _resolve(args.model)

@@ -23,7 +23,7 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from ..errors import UserError
-    from ..launcher.paths import log_root
+    from ..launcher.run_files import log_root
     from ..report import build_report
 
     if args.run is None and args.recipe is None:

@@ -16,7 +16,7 @@ from ..recipe.schema import Recipe
 from ..reshard.layout import InferLayout, TrainLayout
 from ..reshard.planner import BUCKET_ENV
 from .overrides import hydra_value
-from .paths import resolve
+from .run_files import resolve
 
 ACTOR = "actor_rollout_ref.actor.megatron"
 REF = "actor_rollout_ref.ref.megatron"

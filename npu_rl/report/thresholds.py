@@ -7,18 +7,15 @@ from pathlib import Path
 from typing import Any
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import Field, ValidationError
 
 from ..errors import UserError
+from ..recipe.schema import Strict
 
 DEFAULTS = Path(__file__).with_name("thresholds.yaml")
 
 
-class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-
-
-class _OneMetric(_Strict):
+class _OneMetric(Strict):
     metric: str  # the scalar tag the rule reads
 
 
@@ -44,7 +41,7 @@ class Kl(_OneMetric):
     flat_points: int = Field(gt=0)
 
 
-class NonFinite(_Strict):
+class NonFinite(Strict):
     metrics: list[str]
 
 
@@ -67,13 +64,13 @@ class ResponseLength(_Windowed):
     clip_points: int = Field(gt=0)
 
 
-class RewardHacking(_Strict):
+class RewardHacking(Strict):
     min_reward_gain: float = Field(gt=0)
     max_acc_gain: float
     eval_min_gain_points: float
 
 
-class Thresholds(_Strict):
+class Thresholds(Strict):
     entropy: Entropy
     kl: Kl
     nonfinite: NonFinite
