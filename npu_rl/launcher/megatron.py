@@ -50,7 +50,7 @@ def stage_split(layers: list[int]) -> tuple[int, int] | None:
 
 def megatron_overrides(recipe: Recipe) -> list[str]:
     """Hydra overrides for ``python -m verl.trainer.main_ppo --config-name ppo_megatron_trainer``."""
-    act, roll = recipe.actor, recipe.rollout
+    act = recipe.actor
     if act.strategy != "megatron":
         raise UserError(f"megatron_overrides called for actor.strategy {act.strategy!r}")
     out: list[str] = []
