@@ -22,7 +22,7 @@ import time
 from pathlib import Path
 
 from npu_rl.cli import main as npu_rl
-from npu_rl.launcher import paths as run_paths
+from npu_rl.launcher import run_files
 from npu_rl.recipe import load_recipe
 from npu_rl.report.scalars import load_run
 
@@ -36,10 +36,10 @@ def log(msg: str) -> None:
 
 def prepare() -> None:
     recipe = load_recipe(RECIPE)
-    if not (run_paths.model_dir(recipe) / "config.json").is_file():
+    if not (run_files.model_dir(recipe) / "config.json").is_file():
         log("creating the tiny model ...")
-        assert npu_rl(["model", "tiny", "--out", str(run_paths.model_dir(recipe))]) == 0
-    data = run_paths.resolve(recipe.data.train_files[0]).parent
+        assert npu_rl(["model", "tiny", "--out", str(run_files.model_dir(recipe))]) == 0
+    data = run_files.resolve(recipe.data.train_files[0]).parent
     if not data.is_dir():
         assert npu_rl(["data", "math", "--from", "sample", "--out", str(data)]) == 0
 
@@ -54,7 +54,7 @@ def run_once(name: str, recompute: bool, steps: int, tag: str) -> dict[str, list
     t0 = time.perf_counter()
     if npu_rl(args) != 0:
         raise SystemExit(f"training run {overrides['logging.experiment']} failed")
-    scalars = load_run(run_paths.log_root(load_recipe(RECIPE, overrides)))
+    scalars = load_run(run_files.log_root(load_recipe(RECIPE, overrides)))
     out = {t: list(scalars[t].values) for t in ("timing_s/step", "timing_s/old_log_prob", "timing_s/update_actor")
            if t in scalars}
     log(f"  {name}: {len(out['timing_s/step'])} steps, run {time.perf_counter() - t0:.0f} s, "

@@ -1,6 +1,8 @@
 """`npu-rl` command line. Each job lives in ``npu_rl/commands/<name>.py`` and exposes
 ``register(subparsers)``, which adds its parser and sets ``func`` to a callable
-taking the parsed args and returning an exit code."""
+taking the parsed args and returning an exit code. Shared arguments and the
+subcommand layout are in ``npu_rl/commands/options.py``, shared defaults in
+``npu_rl/defaults.py``."""
 
 from __future__ import annotations
 
@@ -8,6 +10,7 @@ import argparse
 import importlib
 import sys
 
+from .commands.missing import MissingDependency, third_party
 from .errors import UserError
 
 # One module per job; adding a job means adding its module here.
@@ -45,20 +48,38 @@ def build_parser() -> argparse.ArgumentParser:
         try:
             module = importlib.import_module(name)
         except ModuleNotFoundError as err:
-            # A job whose module is not installed in this image (e.g. image build without docker SDK)
-            # should not take the whole CLI down.
-            if err.name and err.name.startswith("npu_rl"):
+            missing = third_party(err)
+            if missing is None:
                 raise
+            # The other jobs still work; this one says what to install instead of vanishing.
+            _unavailable(sub, name.rpartition(".")[2], missing)
             continue
         module.register(sub)
     return parser
+
+
+def _unavailable(sub: argparse._SubParsersAction, job: str, module: str) -> None:
+    # No option prefix: whatever follows the job's name is taken as is, and the job says what it needs.
+    p = sub.add_parser(job, help=f"(unavailable: needs {module})", add_help=False, prefix_chars="\0")
+    p.add_argument("rest", nargs="*")
+
+    def fail(args: argparse.Namespace) -> int:
+        raise MissingDependency(job, module)
+
+    p.set_defaults(func=fail)
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
     try:
-        return int(args.func(args) or 0)
+        try:
+            return int(args.func(args) or 0)
+        except ModuleNotFoundError as err:
+            missing = third_party(err)
+            if missing is None:
+                raise
+            raise MissingDependency(args.command, missing) from None
     except UserError as err:
         print(f"npu-rl: error: {err}", file=sys.stderr)
         return err.exit_code

@@ -35,21 +35,21 @@ def run(workdir: Path, steps: int, eval_limit: int, fresh: bool) -> int:
     workdir = workdir.resolve()
     workdir.mkdir(parents=True, exist_ok=True)
     os.environ["NPU_RL_WORKSPACE"] = str(workdir)
-    from .launcher import paths as run_paths
+    from .launcher import run_files
     from .recipe import load_recipe
 
     recipe = load_recipe(RECIPE, {"algorithm.total_training_steps": steps})
     if fresh:
         import shutil
 
-        for d in (run_paths.checkpoint_root(recipe), run_paths.log_root(recipe)):
+        for d in (run_files.checkpoint_root(recipe), run_files.log_root(recipe)):
             shutil.rmtree(d, ignore_errors=True)
     t_start = time.monotonic()
     timings: dict[str, float] = {}
 
     _step("1/6 tiny Qwen2 model (random init + warm start from a fallible teacher, no download)")
     t = time.monotonic()
-    model_dir = run_paths.model_dir(recipe)
+    model_dir = run_files.model_dir(recipe)
     if (model_dir / "config.json").is_file():
         print(f"reusing {model_dir}")
     else:
@@ -58,7 +58,7 @@ def run(workdir: Path, steps: int, eval_limit: int, fresh: bool) -> int:
 
     _step("2/6 data: bundled MATH-style sample (held-out test split) -> verl parquet")
     t = time.monotonic()
-    _job(["data", "math", "--from", "sample", "--out", str(run_paths.resolve(Path(recipe.data.train_files[0]).parent))])
+    _job(["data", "math", "--from", "sample", "--out", str(run_files.resolve(Path(recipe.data.train_files[0]).parent))])
     timings["data"] = time.monotonic() - t
 
     _step(f"3/6 GRPO training with verl on Ray ({steps} steps)")
@@ -81,7 +81,7 @@ def run(workdir: Path, steps: int, eval_limit: int, fresh: bool) -> int:
     t = time.monotonic()
     from .report import build_report
 
-    report = build_report(run_paths.log_root(recipe), recipe=recipe)
+    report = build_report(run_files.log_root(recipe), recipe=recipe)
     timings["report"] = time.monotonic() - t
     print(report.to_markdown())
 
@@ -100,10 +100,10 @@ def accuracy_gain(recipe) -> tuple[float, float, int]:
 
 
 def _summary(recipe, timings: dict[str, float], total: float, report, gain: tuple[float, float, int]) -> None:
-    from .launcher import paths as run_paths
+    from .launcher import run_files
     from .report.scalars import load_run
 
-    series = load_run(run_paths.log_root(recipe))
+    series = load_run(run_files.log_root(recipe))
 
     def values(tag: str) -> list[float]:
         s = series.get(tag)
@@ -111,7 +111,7 @@ def _summary(recipe, timings: dict[str, float], total: float, report, gain: tupl
 
     step_times = values("timing_s/step")
     scores = values("critic/score/mean")
-    step = run_paths.latest_step(recipe)
+    step = run_files.latest_step(recipe)
     print("\n=== summary ===")
     print(f"steps trained         : {step}")
     if step_times:
@@ -120,9 +120,9 @@ def _summary(recipe, timings: dict[str, float], total: float, report, gain: tupl
         print(f"reward mean per step  : {', '.join(f'{v:.3f}' for v in scores)}")
     base, trained, at = gain
     print(f"held-out accuracy     : {base:.2f} -> {trained:.2f} at step {at} ({trained - base:+.2f} points)")
-    print(f"checkpoints           : {run_paths.checkpoint_root(recipe)}")
-    print(f"merged model          : {run_paths.merged_model_dir(recipe, step) if step else '-'}")
-    print(f"tensorboard logs      : {run_paths.tensorboard_dir(recipe)}")
+    print(f"checkpoints           : {run_files.checkpoint_root(recipe)}")
+    print(f"merged model          : {run_files.merged_model_dir(recipe, step) if step else '-'}")
+    print(f"tensorboard logs      : {run_files.tensorboard_dir(recipe)}")
     print(f"health report         : {report.html} ({report.status})")
     print("time per stage        : " + ", ".join(f"{k} {v:.0f}s" for k, v in timings.items()))
     print(f"total                 : {total:.0f}s")

@@ -19,11 +19,19 @@ def test_installed_cpu_environment_satisfies_the_pins():
         assert req.specifier.contains(installed, prereleases=True), f"{req.name} {installed} does not match {line}"
 
 
-def test_verl_pin_is_the_v0_6_1_release_commit():
-    assert versions.get("verl.version") == "0.6.1"
-    assert versions.get("verl.commit") == "d62da4950573d7a4b7ef2362337952e7ab59e78d"
-    assert versions.get("ascend.base_image") == "quay.io/ascend/vllm-ascend:v0.9.1"
-    assert versions.get("ascend.cann") == "8.2.RC1"
+def test_the_patches_require_the_verl_the_file_pins(monkeypatch):
+    from npu_rl.patches import guard
+
+    assert guard.pinned_verl_version() == metadata.version("verl").split("+")[0]
+    monkeypatch.setattr(versions, "load", lambda path=None: {"verl": {"version": "9.9.9"}})
+    with pytest.raises(guard.PatchVersionError, match=r"written for verl 9\.9\.9"):
+        guard.require_verl("cpu")
+
+
+def test_pins_are_read_from_the_file_given(tmp_path):
+    path = tmp_path / "versions.yaml"
+    path.write_text("verl:\n  version: 1.2.3\n")
+    assert versions.get("verl.version", versions.load(str(path))) == "1.2.3"
 
 
 def test_cli_prints_one_pin():

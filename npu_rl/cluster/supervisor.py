@@ -33,6 +33,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from enum import IntEnum
 
+from .. import defaults
 from ..errors import UserError
 from . import network, proctree
 from .membership import ClusterTimeout, Expectation, wait_for_cluster
@@ -60,13 +61,13 @@ def log(msg: str) -> None:
 class HeadOptions:
     nnodes: int
     npus: int
-    port: int = 6379
+    port: int = defaults.RAY_PORT
     ifname: str | None = None
     head_host: str | None = None
     dashboard: bool = True
     extra_args: Sequence[str] = field(default_factory=tuple)
-    start_timeout: float = 180.0
-    wait_timeout: float = 1800.0
+    start_timeout: float = defaults.RAY_START_TIMEOUT_S
+    wait_timeout: float = defaults.NODES_TIMEOUT_S
     command: Sequence[str] = field(default_factory=tuple)
     kuberay_cmd: str | None = None
 
@@ -77,10 +78,10 @@ class WorkerOptions:
     npus: int
     ifname: str | None = None
     extra_args: Sequence[str] = field(default_factory=tuple)
-    join_timeout: float = 1800.0
-    head_lost_after: float = 30.0
-    probe_interval: float = 2.0
-    max_backoff: float = 15.0
+    join_timeout: float = defaults.NODES_TIMEOUT_S
+    head_lost_after: float = defaults.HEAD_LOST_AFTER_S
+    probe_interval: float = defaults.PROBE_INTERVAL_S
+    max_backoff: float = defaults.MAX_BACKOFF_S
     kuberay_cmd: str | None = None
 
 

@@ -6,13 +6,13 @@ import argparse
 from pathlib import Path
 
 from ..data.deepscaler import TRAIN_RATIO
+from . import options
 from .argtypes import open_fraction, output_dir
 
 
 def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("data", help="prepare training data")
-    dsub = p.add_subparsers(dest="dataset", metavar="DATASET")
-    dsub.required = True
+    dsub = options.subcommands(p, "DATASET")
     m = dsub.add_parser("math", help="MATH-lighteval parquet (problem, level, type, solution) -> verl format")
     m.add_argument("--out", type=output_dir, required=True, help="writes OUT/train.parquet and OUT/test.parquet")
     m.add_argument("--from", dest="source", default=None,

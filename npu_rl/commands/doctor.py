@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 
-from ..recipe import load_recipe, parse_set_args
+from . import options
 from .argtypes import port
 
 _STYLE = {"ok": "green", "warn": "yellow", "fail": "bold red"}
@@ -12,10 +12,11 @@ _STYLE = {"ok": "green", "warn": "yellow", "fail": "bold red"}
 
 def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("doctor", help="check that this host can run a recipe (devices, CANN, memory, disk, data)")
-    p.add_argument("--recipe", required=True, help="recipe name (configs/recipes) or YAML path")
+    options.add_recipe(p)
     p.add_argument("--job", choices=["train", "merge", "eval"], default="train", help="which job to check for")
-    p.add_argument("--port", type=port, action="append", default=[], help="also require this port to be free")
-    p.add_argument("--set", action="append", metavar="KEY=VALUE", help="override a recipe field (dotted)")
+    # Not --ray-port: any port the job needs, which is why it may be given several times.
+    p.add_argument("--free-port", "--port", dest="free_ports", type=port, action="append", default=[],
+                   metavar="PORT", help="also require this port to be free (repeatable)")
     p.set_defaults(func=run)
 
 
@@ -26,8 +27,8 @@ def run(args: argparse.Namespace) -> int:
 
     from ..platform.doctor import run_checks
 
-    recipe = load_recipe(args.recipe, parse_set_args(args.set))
-    results = run_checks(recipe, args.job, ports=args.port)
+    recipe = options.load(args)
+    results = run_checks(recipe, args.job, ports=args.free_ports)
     table = Table(title=f"npu-rl doctor: {recipe.name} ({args.job}, {recipe.resources.platform})")
     for column in ("check", "status", "detail"):
         table.add_column(column)

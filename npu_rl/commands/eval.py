@@ -12,16 +12,15 @@ import shlex
 from pathlib import Path
 
 from ..errors import UserError
-from ..launcher.paths import log_root
-from ..launcher.paths import resolve as _resolve
-from ..recipe import load_recipe, parse_set_args
+from ..launcher.run_files import log_root
+from ..launcher.run_files import resolve as _resolve
 from ..recipe.schema import Recipe
+from . import options
 
 
 def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("eval", help="evaluate the base model and a trained step (table: model, step, dataset, metric, score)")
-    p.add_argument("--recipe", required=True, help="recipe name (configs/recipes) or YAML path")
-    p.add_argument("--set", action="append", metavar="KEY=VALUE", help="override a recipe field (dotted)")
+    options.add_recipe(p)
     which = p.add_mutually_exclusive_group()
     which.add_argument("--step", type=int, help="evaluate the merged checkpoint of this step (default: newest saved)")
     which.add_argument("--model", type=Path, help="evaluate this Hugging Face model directory instead")
@@ -64,7 +63,7 @@ def _chat_template(recipe: Recipe) -> str | None:
 
 def _models(args: argparse.Namespace, recipe: Recipe):
     """(baseline dir or None, trained dir, trained step), every path checked before any work."""
-    from ..eval.paths import resolve_trained_model, step_of
+    from ..eval.trained_model import resolve_trained_model, step_of
 
     if args.model is not None:
         trained = _resolve(args.model)
@@ -97,7 +96,7 @@ def _check_model(path: Path, what: str) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    recipe = load_recipe(args.recipe, parse_set_args(args.set))
+    recipe = options.load(args)
     if args.limit is not None and args.limit <= 0:
         raise UserError(f"--limit must be positive (got {args.limit})")
     backend = args.backend or ("local" if recipe.resources.platform == "cpu" else "opencompass")

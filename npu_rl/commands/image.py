@@ -6,12 +6,12 @@ import argparse
 
 from ..image.spec import ASCEND_TARGETS, VARIANTS
 from ..paths import project_root
+from . import options
 
 
 def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("image", help="build or push the container images")
-    isub = p.add_subparsers(dest="action", metavar="ACTION")
-    isub.required = True
+    isub = options.subcommands(p, "ACTION")
     b = isub.add_parser("build", help="build an image with the pins from configs/versions.yaml")
     b.add_argument("--variant", choices=VARIANTS, default="a2", help="Atlas A2, Atlas A3 or the CPU image")
     b.add_argument("--target", choices=ASCEND_TARGETS, default=None,

@@ -4,17 +4,17 @@ from __future__ import annotations
 
 import argparse
 
+from . import options
 from .argtypes import output_dir, positive_int, probability
 
 
 def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("model", help="build a tiny CPU model or fetch real weights")
-    msub = p.add_subparsers(dest="action", metavar="ACTION")
-    msub.required = True
+    msub = options.subcommands(p, "ACTION")
 
     t = msub.add_parser("tiny", help="random tiny Qwen2 + locally trained BPE tokenizer (no download)")
     t.add_argument("--out", type=output_dir, required=True)
-    t.add_argument("--recipe", default="tiny_math_cpu", help="recipe whose chat template and data to use")
+    options.add_recipe(t, required=False, default="tiny_math_cpu", help="recipe whose chat template and data to use")
     t.add_argument("--hidden-size", type=positive_int, default=64)
     t.add_argument("--layers", type=positive_int, default=2)
     t.add_argument("--seed", type=int, default=0)
@@ -29,7 +29,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     f = msub.add_parser("fetch", help="download REPO_ID (or copy a local dir) and apply the recipe's tokenizer config")
     f.add_argument("source", help="hub repo id (e.g. Qwen/Qwen2.5-1.5B-Instruct) or a local directory")
     f.add_argument("--out", type=output_dir, required=True)
-    f.add_argument("--recipe", default=None, help="recipe whose model.tokenizer_config to apply")
+    options.add_recipe(f, required=False, help="recipe whose model.tokenizer_config to apply")
     f.set_defaults(func=_fetch)
 
     c = msub.add_parser("fp8-cast", help="cast a DeepSeek-V3/R1 FP8 HF checkpoint to BF16 on the CPU (resumable)")
@@ -44,9 +44,8 @@ def _tiny(args: argparse.Namespace) -> int:
     from ..data.sample import generate, splits
     from ..model.tiny import build_tiny_model
     from ..model.tokenizer_override import resolve_override
-    from ..recipe import load_recipe
 
-    recipe = load_recipe(args.recipe)
+    recipe = options.load(args)
     override = resolve_override(recipe.model.tokenizer_config)
     # Train the BPE on the kind of text it will see: problems, solutions and the chat template.
     texts = [f"{r['problem']} {r['solution']}" for r in generate(512, seed=0)]
@@ -76,8 +75,8 @@ def _fp8_cast(args: argparse.Namespace) -> int:
 
 def _fetch(args: argparse.Namespace) -> int:
     from ..model.fetch import fetch_for_recipe
-    from ..recipe import load_recipe
 
-    tokenizer_config = load_recipe(args.recipe).model.tokenizer_config if args.recipe else None
+    recipe = options.load(args)
+    tokenizer_config = recipe.model.tokenizer_config if recipe else None
     fetch_for_recipe(args.source, args.out, tokenizer_config)
     return 0

@@ -5,13 +5,12 @@ from __future__ import annotations
 
 import argparse
 
-from ..recipe import load_recipe, parse_set_args
+from . import options
 
 
 def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("prepare", help="put the recipe's model, data and converted weights in place (skips what exists)")
-    p.add_argument("--recipe", required=True, help="recipe name (configs/recipes) or YAML path")
-    p.add_argument("--set", action="append", metavar="KEY=VALUE", help="override a recipe field (dotted)")
+    options.add_recipe(p)
     # Empty values mean "not given", so compose can pass unset variables straight through.
     p.add_argument("--model-source", default=None, metavar="HUB_ID_OR_DIR",
                    help="where to fetch the model from when it is missing (default: model.hub_id)")
@@ -26,7 +25,7 @@ def run(args: argparse.Namespace) -> int:
     from ..launcher.prepare import prepare
     from .data import source_path
 
-    recipe = load_recipe(args.recipe, parse_set_args(args.set))
+    recipe = options.load(args)
     if args.dry_run:
         from ..launcher.prepare import describe
 

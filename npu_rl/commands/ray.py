@@ -18,17 +18,17 @@ import argparse
 import os
 import shlex
 
+from .. import defaults
 from ..errors import UserError
-from .argtypes import port
-
-DEFAULT_PORT = 6379
+from . import options
 
 
 def _common(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--port", type=port, default=None,
-                   help="GCS port of the head (default 6379 or $NPU_RL_RAY_PORT)")
+    # --port: the spelling rendered Kubernetes jobs use.
+    options.add_ray_port(p, f"GCS port of the head (default {defaults.RAY_PORT} or ${defaults.RAY_PORT_ENV})",
+                         old_spellings=("--port",))
     p.add_argument("--devices", type=int, default=None, help="NPUs per node (default: launcher env, recipe, /dev)")
-    p.add_argument("--recipe", default=None, help="recipe to read resources.nnodes / devices_per_node from")
+    options.add_recipe(p, required=False, help="recipe to read resources.nnodes / devices_per_node from")
 
 
 def _starts_ray(p: argparse.ArgumentParser) -> None:
@@ -40,15 +40,16 @@ def _starts_ray(p: argparse.ArgumentParser) -> None:
 
 def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("ray", help="start a Ray head or worker on this node, or wait for the cluster")
-    rsub = p.add_subparsers(dest="ray_role", metavar="ROLE")
-    rsub.required = True
+    rsub = options.subcommands(p, "ROLE")
 
     h = rsub.add_parser("head", help="start the Ray head; with `-- COMMAND`, run it once all nodes joined")
     _common(h)
     _starts_ray(h)
     h.add_argument("--nodes", type=int, default=None, help="nodes to wait for, head included")
-    h.add_argument("--wait-timeout", type=float, default=1800.0, help="seconds to wait for all nodes (default 1800)")
-    h.add_argument("--start-timeout", type=float, default=180.0, help="seconds for `ray start` to come up")
+    h.add_argument("--wait-timeout", type=float, default=float(defaults.NODES_TIMEOUT_S),
+                   help=f"seconds to wait for all nodes (default {defaults.NODES_TIMEOUT_S})")
+    h.add_argument("--start-timeout", type=float, default=float(defaults.RAY_START_TIMEOUT_S),
+                   help=f"seconds for `ray start` to come up (default {defaults.RAY_START_TIMEOUT_S})")
     h.add_argument("--no-dashboard", action="store_true", help="do not serve the Ray dashboard")
     h.add_argument("command", nargs=argparse.REMAINDER, metavar="-- COMMAND",
                    help="the job to run on the head; its exit code becomes this command's")
@@ -58,36 +59,39 @@ def register(sub: argparse._SubParsersAction) -> None:
     _common(w)
     _starts_ray(w)
     w.add_argument("--address", default=None, help="head HOST[:PORT] (default: from the launcher environment)")
-    w.add_argument("--join-timeout", type=float, default=1800.0, help="seconds to keep trying to join")
-    w.add_argument("--head-lost-after", type=float, default=30.0,
+    w.add_argument("--join-timeout", type=float, default=float(defaults.NODES_TIMEOUT_S),
+                   help=f"seconds to keep trying to join (default {defaults.NODES_TIMEOUT_S})")
+    w.add_argument("--head-lost-after", type=float, default=float(defaults.HEAD_LOST_AFTER_S),
                    help="seconds the head may be unreachable before this worker exits")
-    w.add_argument("--probe-interval", type=float, default=2.0, help="seconds between head probes")
-    w.add_argument("--max-backoff", type=float, default=15.0, help="longest pause between join attempts")
+    w.add_argument("--probe-interval", type=float, default=float(defaults.PROBE_INTERVAL_S),
+                   help="seconds between head probes")
+    w.add_argument("--max-backoff", type=float, default=float(defaults.MAX_BACKOFF_S),
+                   help="longest pause between join attempts")
     w.set_defaults(func=_worker)
 
     t = rsub.add_parser("wait", help="wait until all nodes and NPUs joined; fail naming what is missing")
     _common(t)
     t.add_argument("--address", default=None, help="head HOST[:PORT] (default: launcher env, else this node)")
     t.add_argument("--nodes", type=int, default=None, help="nodes expected, head included")
-    t.add_argument("--timeout", type=float, default=600.0, help="seconds to wait (default 600)")
+    # --timeout: the spelling rendered KubeRay jobs use.
+    t.add_argument("--wait-timeout", "--timeout", dest="wait_timeout", type=float,
+                   default=float(defaults.RAY_WAIT_TIMEOUT_S),
+                   help=f"seconds to wait (default {defaults.RAY_WAIT_TIMEOUT_S})")
     t.set_defaults(func=_wait)
 
 
 def _port(args: argparse.Namespace) -> int:
-    if args.port is not None:
-        return args.port
-    raw = os.environ.get("NPU_RL_RAY_PORT", str(DEFAULT_PORT))
+    if args.ray_port is not None:
+        return args.ray_port
+    raw = os.environ.get(defaults.RAY_PORT_ENV, str(defaults.RAY_PORT))
     if not raw.isdigit():
-        raise UserError(f"NPU_RL_RAY_PORT={raw!r} is not a port number")
+        raise UserError(f"{defaults.RAY_PORT_ENV}={raw!r} is not a port number")
     return int(raw)
 
 
 def _recipe_resources(args: argparse.Namespace):
-    if not args.recipe:
-        return None
-    from ..recipe import load_recipe
-
-    return load_recipe(args.recipe).resources
+    recipe = options.load(args)
+    return recipe.resources if recipe else None
 
 
 def _positive(value: int | None, what: str) -> int | None:
@@ -181,4 +185,4 @@ def _wait(args: argparse.Namespace) -> int:
     if ray_address == "auto" or "://" in ray_address:  # not a GCS host:port
         ray_address = ""
     text = args.address or ray_address or placement.head_host or select_interface().ip
-    return run_wait(_address(text, _port(args)), Expectation(nodes, devices), args.timeout)
+    return run_wait(_address(text, _port(args)), Expectation(nodes, devices), args.wait_timeout)

@@ -6,21 +6,25 @@ import argparse
 
 import yaml
 
-from ..recipe import load_recipe, parse_set_args
+from . import options
 
 
 def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("recipe", help="validate or show a recipe")
-    p.add_argument("action", choices=["validate", "show"])
-    p.add_argument("--recipe", required=True, help="recipe name (configs/recipes) or YAML path")
-    p.add_argument("--set", action="append", metavar="KEY=VALUE", help="override a recipe field (dotted)")
-    p.set_defaults(func=run)
+    rsub = options.subcommands(p, "ACTION")
+    v = rsub.add_parser("validate", help="check the recipe against the schema")
+    options.add_recipe(v)
+    v.set_defaults(func=_validate)
+    s = rsub.add_parser("show", help="print the recipe with every default filled in")
+    options.add_recipe(s)
+    s.set_defaults(func=_show)
 
 
-def run(args: argparse.Namespace) -> int:
-    recipe = load_recipe(args.recipe, parse_set_args(args.set))
-    if args.action == "show":
-        print(yaml.safe_dump(recipe.model_dump(mode="json"), sort_keys=False), end="")
-    else:
-        print(f"recipe {recipe.name}: ok")
+def _validate(args: argparse.Namespace) -> int:
+    print(f"recipe {options.load(args).name}: ok")
+    return 0
+
+
+def _show(args: argparse.Namespace) -> int:
+    print(yaml.safe_dump(options.load(args).model_dump(mode="json"), sort_keys=False), end="")
     return 0

@@ -5,25 +5,23 @@ from __future__ import annotations
 import argparse
 import sys
 
-from ..recipe import load_recipe, parse_set_args
-from .argtypes import port
+from . import options
 
 
 def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("train", help="train a recipe with verl GRPO (resumes from the latest checkpoint)")
-    p.add_argument("--recipe", required=True, help="recipe name (configs/recipes) or YAML path")
-    p.add_argument("--set", action="append", metavar="KEY=VALUE", help="override a recipe field (dotted)")
+    options.add_recipe(p)
     p.add_argument("--dry-run", action="store_true", help="print the environment and verl command, run nothing")
     p.add_argument("--rehearse", action="store_true",
                    help="run the launch through verl on a local Ray up to where devices would be allocated")
     p.add_argument("--prepare", action="store_true",
                    help="first fetch the model, convert the data and weights where missing (as `npu-rl prepare`)")
-    p.add_argument("--ray-port", type=port, default=None, help="GCS port of the local Ray head (default: a free one)")
+    options.add_ray_port(p, "GCS port of the local Ray head (default: a free one)")
     p.set_defaults(func=run)
 
 
 def run(args: argparse.Namespace) -> int:
-    recipe = load_recipe(args.recipe, parse_set_args(args.set))
+    recipe = options.load(args)
     if args.dry_run:
         from ..launcher.spec import build_launch
 

@@ -45,10 +45,6 @@ class EvalResult:
     def accuracy(self) -> float:
         return 100.0 * self.correct / self.n if self.n else 0.0
 
-    @property
-    def mean_reward(self) -> float:
-        return sum(s.score for s in self.samples) / self.n if self.n else 0.0
-
     def rows(self, baseline: bool = False) -> list[Row]:
         """accuracy (percent) and mean reward per dataset, so reward-vs-accuracy gaps show in the table."""
         by_ds: dict[str, list[Sample]] = {}

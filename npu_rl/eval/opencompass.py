@@ -38,7 +38,6 @@ DATASET_CONFIG = "math_gen_a58d9d"
 # OpenCompass names the dataset by its config abbr; the recipe's table calls it by its source.
 DATASET_ABBR = "math"
 DATASET_LABELS = {DATASET_ABBR: "MATH-lighteval"}
-MATH_JSON_FIELDS = ("problem", "level", "type", "solution")
 # Where `npu-rl eval` looks for the OpenCompass command: --opencompass, this variable,
 # PATH (the eval image), then the checkout's eval environment.
 EXECUTABLE_ENV = "NPU_RL_OPENCOMPASS"

@@ -16,7 +16,7 @@ from ..recipe.schema import Recipe
 from ..reshard.layout import InferLayout, TrainLayout
 from ..reshard.planner import BUCKET_ENV
 from .overrides import hydra_value
-from .paths import resolve
+from .run_files import resolve
 
 ACTOR = "actor_rollout_ref.actor.megatron"
 REF = "actor_rollout_ref.ref.megatron"
@@ -50,7 +50,7 @@ def stage_split(layers: list[int]) -> tuple[int, int] | None:
 
 def megatron_overrides(recipe: Recipe) -> list[str]:
     """Hydra overrides for ``python -m verl.trainer.main_ppo --config-name ppo_megatron_trainer``."""
-    act, roll = recipe.actor, recipe.rollout
+    act = recipe.actor
     if act.strategy != "megatron":
         raise UserError(f"megatron_overrides called for actor.strategy {act.strategy!r}")
     out: list[str] = []

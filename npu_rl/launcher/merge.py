@@ -8,27 +8,27 @@ from pathlib import Path
 
 from ..errors import UserError
 from ..recipe.schema import Recipe
-from . import paths as run_paths
+from . import run_files
 
 
 def merge(recipe: Recipe, step: int | None = None) -> Path:
     from ..platform.doctor import preflight
 
     preflight(recipe, for_job="merge")
-    steps = run_paths.saved_steps(recipe)
-    for skipped, problem in run_paths.damaged_steps(recipe):
+    steps = run_files.saved_steps(recipe)
+    for skipped, problem in run_files.damaged_steps(recipe):
         if step is None:
             print(f"npu-rl: skipping damaged global_step_{skipped}: {problem}", flush=True)
     if step is not None and step not in steps:
-        problem = dict(run_paths.checkpoints(recipe)).get(step)
+        problem = dict(run_files.checkpoints(recipe)).get(step)
         why = f"global_step_{step} is incomplete ({problem})" if problem else "no checkpoint"
         raise UserError(f"--step {step}: {why}; complete steps: {', '.join(map(str, steps)) or 'none'}")
     if not steps:
-        raise UserError(f"no complete checkpoint under {run_paths.checkpoint_root(recipe)} (train first)")
+        raise UserError(f"no complete checkpoint under {run_files.checkpoint_root(recipe)} (train first)")
     if step is None:
         step = steps[-1]
-    actor = run_paths.step_dir(recipe, step) / "actor"
-    target = run_paths.merged_model_dir(recipe, step)
+    actor = run_files.step_dir(recipe, step) / "actor"
+    target = run_files.merged_model_dir(recipe, step)
     backend = "megatron" if recipe.actor.strategy == "megatron" else "fsdp"
     cmd = [sys.executable, "-m", "verl.model_merger", "merge", "--backend", backend,
            "--local_dir", str(actor), "--target_dir", str(target)]

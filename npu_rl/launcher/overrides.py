@@ -7,7 +7,7 @@ from pathlib import Path
 from typing import Any
 
 from ..recipe.schema import Recipe
-from . import paths as run_paths
+from . import run_files
 
 _BARE = re.compile(r"^[A-Za-z0-9_./\-:+@~]+$")
 
@@ -39,7 +39,7 @@ def reward_function_path(recipe: Recipe) -> str:
     """verl loads the reward by file path; resolve an npu_rl module to its installed file."""
     fn = recipe.reward.function
     if fn.endswith(".py"):
-        return str(run_paths.resolve(fn))
+        return str(run_files.resolve(fn))
     import importlib.util
 
     from ..errors import UserError
@@ -58,7 +58,7 @@ def build_overrides(recipe: Recipe, resume_from: Path | None = None, restart: bo
     verl's latest-marker choice), ``restart`` starts afresh although checkpoint directories exist."""
     a, m, d, act, ro, res = recipe.algorithm, recipe.model, recipe.data, recipe.actor, recipe.rollout, recipe.resources
     ckpt, log = recipe.checkpoint, recipe.logging
-    ws = run_paths.resolve
+    ws = run_files.resolve
     kv: list[tuple[str, Any]] = [
         ("algorithm.adv_estimator", a.adv_estimator),
         ("algorithm.use_kl_in_reward", a.use_kl_in_reward),
@@ -72,7 +72,7 @@ def build_overrides(recipe: Recipe, resume_from: Path | None = None, restart: bo
         ("data.prompt_key", d.prompt_key),
         ("data.shuffle", d.shuffle),
         ("data.seed", a.seed),
-        ("actor_rollout_ref.model.path", str(run_paths.model_dir(recipe))),
+        ("actor_rollout_ref.model.path", str(run_files.model_dir(recipe))),
         ("actor_rollout_ref.model.use_remove_padding", m.use_remove_padding),
         ("actor_rollout_ref.model.trust_remote_code", m.trust_remote_code),
         ("actor_rollout_ref.actor.strategy", act.strategy),
@@ -110,7 +110,7 @@ def build_overrides(recipe: Recipe, resume_from: Path | None = None, restart: bo
         ("trainer.test_freq", ckpt.test_freq),
         ("trainer.resume_mode", "disable" if restart else "resume_path" if resume_from else ckpt.resume),
         ("trainer.val_before_train", ckpt.val_before_train),
-        ("trainer.default_local_dir", str(run_paths.checkpoint_root(recipe))),
+        ("trainer.default_local_dir", str(run_files.checkpoint_root(recipe))),
         ("trainer.max_actor_ckpt_to_keep", ckpt.max_to_keep),
         ("custom_reward_function.path", reward_function_path(recipe)),
         ("custom_reward_function.name", recipe.reward.name),
@@ -238,11 +238,11 @@ def patches_for(recipe: Recipe) -> list[str]:
 def run_env(recipe: Recipe, start_step: int | None) -> dict[str, str]:
     """The variables of a run (recipe env, log locations, platform settings) without the patch selection."""
     env = dict(recipe.env)
-    env["TENSORBOARD_DIR"] = str(run_paths.tensorboard_dir(recipe))
-    env["VERL_FILE_LOGGER_PATH"] = str(run_paths.metrics_file(recipe, start_step or 0))
+    env["TENSORBOARD_DIR"] = str(run_files.tensorboard_dir(recipe))
+    env["VERL_FILE_LOGGER_PATH"] = str(run_files.metrics_file(recipe, start_step or 0))
     if "swanlab" in recipe.logging.backends:
         env.setdefault("SWANLAB_MODE", "local")
-        env.setdefault("SWANLAB_LOG_DIR", str(run_paths.swanlab_dir(recipe)))
+        env.setdefault("SWANLAB_LOG_DIR", str(run_files.swanlab_dir(recipe)))
     if recipe.resources.platform == "cpu":
         # Many small CPU processes share 2 cores; oversubscribed OpenMP threads thrash.
         env.setdefault("OMP_NUM_THREADS", "1")

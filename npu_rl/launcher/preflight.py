@@ -7,7 +7,7 @@ from pathlib import Path
 from ..errors import UserError
 from ..model.fetch import check_model_dir
 from ..recipe.schema import Recipe
-from . import paths as run_paths
+from . import run_files
 
 # verl's RLHFDataset reads these; the reward manager needs reward_model.ground_truth.
 REQUIRED_DATA_COLUMNS = ("data_source", "reward_model")
@@ -35,7 +35,7 @@ def check_data(recipe: Recipe) -> None:
     for field, files, least, why in (
             ("data.train_files", d.train_files, batch, f"algorithm.train_batch_size is {batch}"),
             ("data.val_files", d.val_files, 1, "validation needs at least one")):
-        rows = sum(check_data_file(run_paths.resolve(f), d.prompt_key, field) for f in files)
+        rows = sum(check_data_file(run_files.resolve(f), d.prompt_key, field) for f in files)
         if rows < least:
             raise UserError(f"{field}: {rows} row(s) in {', '.join(files)}; {why}")
 
@@ -65,7 +65,7 @@ def check_launch(spec, recipe: Recipe, ports=(), host: bool = True) -> None:
 
     ``host=False`` (the rehearsal) leaves out this host's platform checks (NPU driver,
     CANN, torch_npu, devices, ports), which only the machine that trains can pass."""
-    check_model_dir(run_paths.model_dir(recipe))
+    check_model_dir(run_files.model_dir(recipe))
     check_data(recipe)
     check_reward(recipe)
     if host:

@@ -20,7 +20,7 @@ from ..model.fetch import check_model_dir, fetch_for_recipe
 from ..model.fp8_cast import WEIGHT_INDEX, copy_hf_side_files
 from ..recipe.schema import Recipe
 from . import megatron
-from . import paths as run_paths
+from . import run_files
 
 # Conversion tools name their output directory with a flag starting with this
 # (npu-rl model fp8-cast's --output-bf16-hf-path, verl's --output_path).
@@ -59,14 +59,14 @@ def fetch_target(recipe: Recipe) -> Path:
     """Where the published weights go: ``model.path``, or the conversion's input when the
     recipe trains on converted weights."""
     conv = recipe.prepare.weight_conversion
-    return run_paths.resolve(conv.hf_path) if conv else run_paths.model_dir(recipe)
+    return run_files.resolve(conv.hf_path) if conv else run_files.model_dir(recipe)
 
 
 def prepare_model(recipe: Recipe, source: str | None = None) -> None:
     target = fetch_target(recipe)
     # With a conversion, either end being there is enough: the published copy may have
     # been deleted after conversion to save space.
-    for path in dict.fromkeys((run_paths.model_dir(recipe), target)):
+    for path in dict.fromkeys((run_files.model_dir(recipe), target)):
         if model_complete(path):
             print(f"model: {path} already present", flush=True)
             return
@@ -81,7 +81,7 @@ def prepare_model(recipe: Recipe, source: str | None = None) -> None:
 
 
 def data_files(recipe: Recipe) -> list[Path]:
-    return [run_paths.resolve(f) for f in (*recipe.data.train_files, *recipe.data.val_files)]
+    return [run_files.resolve(f) for f in (*recipe.data.train_files, *recipe.data.val_files)]
 
 
 def recipe_source_dir(source_dir: str) -> Path:
@@ -91,7 +91,7 @@ def recipe_source_dir(source_dir: str) -> Path:
         from ..data.sample import sample_dir
 
         return sample_dir()
-    return run_paths.resolve(source_dir)
+    return run_files.resolve(source_dir)
 
 
 def data_source(recipe: Recipe, source: Path | None) -> Path | None:
@@ -118,7 +118,7 @@ def prepare_data(recipe: Recipe, source: Path | None = None) -> None:
     if all(f.is_file() for f in files):
         print(f"data: {', '.join(map(str, files))} already present", flush=True)
         return
-    out = run_paths.resolve(recipe.data.train_files[0]).parent
+    out = run_files.resolve(recipe.data.train_files[0]).parent
     convert(out, data_source(recipe, source), recipe.data.hub_dataset)
     missing = [f for f in files if not f.is_file()]
     if missing:
@@ -242,8 +242,8 @@ def _run_step(recipe: Recipe, step: ConversionStep, counter: str) -> None:
     if not partial.is_dir():
         raise UserError(f"weight conversion step {step.name} exited 0 but wrote nothing to {partial}")
     conv = recipe.prepare.weight_conversion
-    if conv is not None and conv.bf16_path and step.output == run_paths.resolve(conv.bf16_path):
-        copy_hf_side_files(run_paths.resolve(conv.hf_path), partial)
+    if conv is not None and conv.bf16_path and step.output == run_files.resolve(conv.bf16_path):
+        copy_hf_side_files(run_files.resolve(conv.hf_path), partial)
     if step.output.is_dir():
         step.output.rmdir()  # empty (see _present); rename cannot replace a directory
     partial.rename(step.output)

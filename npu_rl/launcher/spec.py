@@ -30,7 +30,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ..recipe.schema import Recipe
-from . import paths as run_paths
+from . import run_files
 from .overrides import build_overrides, patches_for, quoted, run_env
 
 ENTRY_MODULE = "verl.trainer.main_ppo"
@@ -102,7 +102,7 @@ def build_launch(recipe: Recipe, *, python: str | None = None, rehearse: bool = 
     from ..patches.rehearse import NODES_ENV, REPORT_ENV
 
     start_step, resume_from, restart, notes = _resume_point(recipe)
-    log_dir = run_paths.log_root(recipe)
+    log_dir = run_files.log_root(recipe)
     attest_file = log_dir / "workers.json"
     patches = [*patches_for(recipe), "attest"]
     env = run_env(recipe, start_step)
@@ -128,10 +128,10 @@ def _resume_point(recipe: Recipe) -> tuple[int | None, Path | None, bool, list[s
     explicitly, because verl's own choice (latest_checkpointed_iteration.txt) may be a damaged one."""
     if recipe.checkpoint.resume != "auto":
         return None, None, False, []
-    start = run_paths.latest_step(recipe)
-    notes = [f"skipping damaged global_step_{s}: {problem}" for s, problem in run_paths.damaged_steps(recipe)]
+    start = run_files.latest_step(recipe)
+    notes = [f"skipping damaged global_step_{s}: {problem}" for s, problem in run_files.damaged_steps(recipe)]
     if start is not None:
-        return start, run_paths.step_dir(recipe, start), False, notes
+        return start, run_files.step_dir(recipe, start), False, notes
     if notes:
         notes.append("no complete checkpoint: training starts from step 0")
     return None, None, bool(notes), notes

@@ -20,7 +20,7 @@ from pathlib import Path
 from ..cluster import proctree
 from ..errors import UserError
 from ..recipe.schema import Recipe
-from . import paths as run_paths
+from . import run_files
 from .preflight import check_launch
 from .ray_local import LocalRayHead
 from .spec import LaunchSpec, build_launch
@@ -56,7 +56,7 @@ def run_training(recipe: Recipe, *, ray_port: int | None = None) -> TrainResult:
                         "`npu-rl ray head --nodes N -- npu-rl train ...` and `npu-rl ray worker` (or set RAY_ADDRESS)")
     check_launch(spec, recipe, ports=[ray_port] if ray_port else ())
     spec.log_dir.mkdir(parents=True, exist_ok=True)
-    run_paths.tensorboard_dir(recipe).mkdir(parents=True, exist_ok=True)
+    run_files.tensorboard_dir(recipe).mkdir(parents=True, exist_ok=True)
     spec.attest_file.unlink(missing_ok=True)
     log_file = spec.log_dir / "train.log"
     if spec.start_step is not None and recipe.checkpoint.resume == "auto":
@@ -77,8 +77,8 @@ def run_training(recipe: Recipe, *, ray_port: int | None = None) -> TrainResult:
                             env={**spec.env, **device_env})
         with head:
             code, error = _run(spec, {**device_env, "RAY_ADDRESS": head.address}, log_file)
-    run_paths.rotate_checkpoints(recipe)
-    return TrainResult(code, time.monotonic() - t0, spec.start_step, run_paths.latest_step(recipe), log_file, error)
+    run_files.rotate_checkpoints(recipe)
+    return TrainResult(code, time.monotonic() - t0, spec.start_step, run_files.latest_step(recipe), log_file, error)
 
 
 def _select_npus(needed: int) -> tuple[int, dict[str, str]]:

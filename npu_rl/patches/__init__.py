@@ -1,6 +1,7 @@
 """Patches that make verl 0.6.1 do what the recipes need. Each lives in its own
-module with a version guard; ``NPU_RL_PATCHES`` (comma-separated names) selects
-which ones a run installs, in every process (see boot/sitecustomize.py)."""
+module as a ``guard.Patch`` (version guard, fingerprints checked as the patched
+modules are imported); ``NPU_RL_PATCHES`` (comma-separated names) selects which
+ones a run installs, in every process (see boot/sitecustomize.py)."""
 
 from __future__ import annotations
 
@@ -8,7 +9,7 @@ import importlib
 import os
 from pathlib import Path
 
-# name -> module exposing install(); the module registers post-import hooks.
+# name -> module defining PATCH (a guard.Patch), whose install() registers post-import hooks.
 PATCHES = {
     "cpu": "npu_rl.patches.cpu_platform",
     "old_log_prob": "npu_rl.patches.old_log_prob",
@@ -30,7 +31,7 @@ def install(names: list[str]) -> None:
             continue
         if name not in PATCHES:
             raise ValueError(f"unknown npu-rl patch {name!r} (known: {', '.join(PATCHES)})")
-        importlib.import_module(PATCHES[name]).install()
+        importlib.import_module(PATCHES[name]).PATCH.install()
         _installed.add(name)
 
 

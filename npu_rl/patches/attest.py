@@ -20,8 +20,7 @@ import os
 from pathlib import Path
 from typing import Any
 
-from .guard import require_unchanged
-from .hooks import when_imported
+from .guard import Patch
 
 PATCH_NAME = "attest"
 ATTEST_ENV = "NPU_RL_ATTEST_FILE"
@@ -29,18 +28,15 @@ RAY_TRAINER = "verl.trainer.ppo.ray_trainer"
 # The worker groups init_workers leaves on the trainer (verl 0.6.1); several may share actors.
 WORKER_GROUPS = ("actor_rollout_wg", "ref_policy_wg", "critic_wg", "rm_wg")
 FINGERPRINTS = {f"{RAY_TRAINER}:RayPPOTrainer.init_workers": "cdf7fb40ec91ce88"}
+PATCH = Patch(PATCH_NAME, FINGERPRINTS)
 
 
 class PatchNotActive(RuntimeError):
     """A Ray worker of the run lacks a patch the recipe selected."""
 
 
-def install() -> None:
-    when_imported(RAY_TRAINER, patch_ray_trainer)
-
-
+@PATCH.applies_to(RAY_TRAINER)
 def patch_ray_trainer(module: Any) -> None:
-    require_unchanged(PATCH_NAME, FINGERPRINTS, {RAY_TRAINER: Path(module.__file__)})
     cls = module.RayPPOTrainer
     original = cls.init_workers
 

@@ -16,19 +16,22 @@ NPU runs never install this patch. What blocks verl 0.6.1 on CPU:
 * rollout ``hf`` is not registered -> :mod:`npu_rl.patches.cpu_rollout`.
 * ``topk_reduce_ratio_min_max`` all-gathers a 0-d tensor into shape-(1,)
   buffers, which gloo rejects.
+
+Installing the patch imports neither torch nor verl: every fix is applied when its
+module is imported, so a process of the run that never uses torch (a reward worker)
+does not pay for it.
 """
 
 from __future__ import annotations
 
 import functools
 
-from .guard import require_verl
-from .hooks import when_imported
+from .guard import Patch
 
 PATCH_NAME = "cpu"
 
-# Source fingerprints of the verl code this patch replaces or depends on, as of
-# verl 0.6.1; tests/patches fails when any of them changes upstream.
+# Source fingerprints of the verl code this patch replaces or depends on, as of verl 0.6.1,
+# checked when each module is imported (guard.Patch).
 FINGERPRINTS = {
     "verl.trainer.ppo.ray_trainer:ResourcePoolManager.create_resource_pool": "27130303dd094e08",
     "verl.trainer.ppo.ray_trainer:ResourcePoolManager._check_resource_available": "dbee1ee8aa428613",
@@ -45,21 +48,11 @@ FINGERPRINTS = {
     "verl.workers.rollout.hf_rollout:HFRollout._generate_minibatch": "c1c9c6b1559b2355",
 }
 
-
-def install() -> None:
-    _extend_torch_cpu()
-    _single_gloo_backend()
-    when_imported("verl", lambda m: require_verl(PATCH_NAME))
-    when_imported("verl.utils.device", _patch_device)
-    when_imported("verl.single_controller.ray.base", _patch_resource_pool)
-    when_imported("verl.workers.fsdp_workers", _patch_fsdp_workers)
-    when_imported("verl.utils.profiler.performance", _patch_performance)
-    when_imported("verl.workers.rollout.base", _patch_rollout_registry)
+PATCH = Patch(PATCH_NAME, FINGERPRINTS)
 
 
-def _extend_torch_cpu() -> None:
-    import torch
-
+@PATCH.applies_to("torch")
+def _extend_torch_cpu(torch) -> None:
     def _mem_get_info(device=None):
         import psutil
 
@@ -84,11 +77,8 @@ def _extend_torch_cpu() -> None:
             setattr(torch.cpu, name, fn)
 
 
-def _single_gloo_backend() -> None:
-    import torch.distributed as dist
-
-    if getattr(dist.init_process_group, "_npu_rl_cpu", False):
-        return
+@PATCH.applies_to("torch.distributed")
+def _single_gloo_backend(dist) -> None:
     original = dist.init_process_group
 
     @functools.wraps(original)
@@ -99,10 +89,10 @@ def _single_gloo_backend() -> None:
             kwargs["backend"] = "gloo"
         return original(*args, **kwargs)
 
-    init_process_group._npu_rl_cpu = True
     dist.init_process_group = init_process_group
 
 
+@PATCH.applies_to("verl.utils.device")
 def _patch_device(mod) -> None:
     mod.get_nccl_backend = lambda: "gloo"
 
@@ -111,6 +101,7 @@ def _patch_device(mod) -> None:
 WORKER_SLOT = "NPU"
 
 
+@PATCH.applies_to("verl.single_controller.ray.base")
 def _patch_resource_pool(mod) -> None:
     pool = mod.RayResourcePool
     original = pool.get_placement_groups
@@ -124,6 +115,7 @@ def _patch_resource_pool(mod) -> None:
     pool.get_placement_groups = get_placement_groups
 
 
+@PATCH.applies_to("verl.workers.fsdp_workers")
 def _patch_fsdp_workers(mod) -> None:
     base_fsdp = mod.FSDP
 
@@ -178,6 +170,7 @@ def _patch_fsdp_workers(mod) -> None:
     worker._build_rollout = _build_rollout
 
 
+@PATCH.applies_to("verl.utils.profiler.performance")
 def _patch_performance(mod) -> None:
     import torch
     import torch.distributed as dist
@@ -196,5 +189,6 @@ def _patch_performance(mod) -> None:
     mod.topk_reduce_ratio_min_max = topk_reduce_ratio_min_max
 
 
+@PATCH.applies_to("verl.workers.rollout.base", also=("verl.workers.rollout.hf_rollout",))
 def _patch_rollout_registry(mod) -> None:
     mod._ROLLOUT_REGISTRY[("hf", "sync")] = "npu_rl.patches.cpu_rollout.CPURollout"

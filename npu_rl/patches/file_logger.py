@@ -9,19 +9,14 @@ from __future__ import annotations
 
 import functools
 
-from .guard import require_verl
-from .hooks import when_imported
+from .guard import Patch
 
 PATCH_NAME = "file_logger"
 
 FINGERPRINTS = {
     "verl.utils.tracking:FileLogger.log": "56dd5887a7ea7675",
 }
-
-
-def install() -> None:
-    when_imported("verl", lambda m: require_verl(PATCH_NAME))
-    when_imported("verl.utils.tracking", _patch)
+PATCH = Patch(PATCH_NAME, FINGERPRINTS)
 
 
 def to_json_scalar(value):
@@ -34,6 +29,7 @@ def to_json_scalar(value):
         return value.tolist()
 
 
+@PATCH.applies_to("verl.utils.tracking")
 def _patch(mod) -> None:
     original = mod.FileLogger.log
 

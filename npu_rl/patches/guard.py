@@ -1,17 +1,18 @@
 """Version and signature guards shared by every verl patch.
 
 Each patch names the verl version it was written for and the functions it
-replaces; applying it to anything else fails loudly instead of half-working.
+replaces (:class:`Patch`); applying it to anything else fails loudly instead of
+half-working.
 """
 
 from __future__ import annotations
 
 import ast
+import functools
 import hashlib
 import importlib.util
 from pathlib import Path
-
-from .. import versions
+from typing import Any, Callable
 
 
 class PatchVersionError(RuntimeError):
@@ -25,6 +26,8 @@ def installed_verl_version() -> str:
 
 
 def pinned_verl_version() -> str:
+    from .. import versions  # yaml and the pins file: only once verl is imported, not in every process
+
     return str(versions.get("verl.version"))
 
 
@@ -51,10 +54,16 @@ def module_file(module_name: str) -> Path:
     raise PatchVersionError(f"module {module_name} not found")
 
 
+@functools.lru_cache(maxsize=16)
+def _parse(src: str) -> ast.Module:
+    # Several fingerprints of one module are checked at its import: parse its source once.
+    return ast.parse(src)
+
+
 def static_source(path: Path, qualname: str) -> str:
     """Source of ``Class.method`` / ``function`` in ``path``, read with ast (no import)."""
     src = path.read_text(encoding="utf-8")
-    nodes: list[ast.AST] = [ast.parse(src)]
+    nodes: list[ast.AST] = [_parse(src)]
     node: ast.AST | None = None
     for part in qualname.split("."):
         node = next(
@@ -108,3 +117,83 @@ def require_module_unchanged(patch_name: str, fingerprints: dict[str, str], modu
     when that module is imported: ``path`` is its file, or it is located without importing it."""
     mine = {t: fp for t, fp in fingerprints.items() if t.startswith(module_name + ":")}
     require_unchanged(patch_name, mine, {module_name: path} if path else None)
+
+
+# Attribute of a patched module: which patch functions it has had (wrapping twice would nest them).
+_APPLIED = "_npu_rl_applied"
+
+
+def _module_path(module: Any) -> Path | None:
+    file = getattr(module, "__file__", None)
+    return Path(file) if file else None
+
+
+class Patch:
+    """One verl patch: the verl version it was written for, the source fingerprints of the verl code it
+    replaces or relies on, and the functions that apply it to verl modules.
+
+    A function registered with :meth:`applies_to` checks the fingerprints of its module (from the
+    imported module's file) and of ``also`` (located without importing) before it changes anything,
+    and patches a given module object once however often it is called.
+    :meth:`install` hooks every such function to its module's import, checks the fingerprints of any
+    other module they name when that module is imported, and the verl version when verl is.
+    """
+
+    def __init__(self, name: str, fingerprints: dict[str, str], written_for: str | None = None):
+        self.name = name
+        self.fingerprints = fingerprints
+        self.written_for = written_for
+        self.hooks: dict[str, list[Callable[[Any], None]]] = {}
+        self._covered: set[str] = set()
+
+    def check(self, module_name: str, path: Path | None = None) -> None:
+        """Refuse a verl module whose fingerprinted functions changed (``path``: its file, else found on sys.path)."""
+        require_module_unchanged(self.name, self.fingerprints, module_name, path)
+
+    def require_version(self, _verl: Any = None) -> None:
+        require_verl(self.name, self.written_for)
+
+    def applies_to(self, module_name: str, also: tuple[str, ...] = ()):
+        """Decorator: ``fn(module)`` patches ``module_name``; the returned ``fn(module, check=True)`` first
+        refuses changed sources (``check=False`` is for tests that hand in stand-in modules)."""
+
+        def register(fn: Callable[[Any], None]):
+            key = f"{self.name}:{fn.__name__}"
+
+            @functools.wraps(fn)
+            def apply(module: Any, check: bool = True) -> None:
+                applied = getattr(module, _APPLIED, None)
+                if applied is None:
+                    applied = set()
+                    setattr(module, _APPLIED, applied)
+                if key in applied:
+                    return
+                if check:
+                    self.check(module_name, _module_path(module))
+                    for other in also:
+                        self.check(other)
+                fn(module)
+                applied.add(key)
+
+            self.hooks.setdefault(module_name, []).append(apply)
+            self._covered.update((module_name, *also))
+            return apply
+
+        return register
+
+    def fingerprinted_modules(self) -> list[str]:
+        return sorted({target.partition(":")[0] for target in self.fingerprints})
+
+    def install(self) -> None:
+        from .hooks import when_imported
+
+        when_imported("verl", self.require_version)
+        for module_name, fns in self.hooks.items():
+            for fn in fns:
+                when_imported(module_name, fn)
+        for module_name in self.fingerprinted_modules():
+            if module_name not in self._covered:
+                when_imported(module_name, functools.partial(self._check_imported, module_name))
+
+    def _check_imported(self, module_name: str, module: Any) -> None:
+        self.check(module_name, _module_path(module))

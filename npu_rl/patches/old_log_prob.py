@@ -27,11 +27,9 @@ import contextlib
 import contextvars
 import dataclasses
 import functools
-from pathlib import Path
 from typing import Any
 
-from .guard import require_module_unchanged, require_verl
-from .hooks import when_imported
+from .guard import Patch
 
 PATCH_NAME = "old_log_prob"
 KEY = "recompute_old_log_prob"
@@ -69,17 +67,7 @@ _config_classes: dict[str, type] = {}
 class OldLogProbConfigError(ValueError):
     """A configuration where skipping the old_log_prob pass would not be exact."""
 
-
-def _check(module_name: str, path: Path | None = None) -> None:
-    require_module_unchanged(PATCH_NAME, FINGERPRINTS, module_name, path)
-
-
-def install() -> None:
-    when_imported("verl", lambda m: require_verl(PATCH_NAME))
-    when_imported(RAY_TRAINER, patch_ray_trainer)
-    when_imported(DP_ACTOR, patch_dp_actor)
-    when_imported(MEGATRON_ACTOR, patch_megatron_actor)
-    when_imported(MCORE_MODELS, patch_mcore_forward)
+PATCH = Patch(PATCH_NAME, FINGERPRINTS)
 
 
 # --- configuration -------------------------------------------------------------------------------
@@ -196,12 +184,9 @@ def _with_entropy(update_actor, loss_agg_mode: str):
     return wrapped
 
 
-def patch_ray_trainer(module: Any, check: bool = True) -> None:
-    if check:
-        _check(RAY_TRAINER, Path(module.__file__))
+@PATCH.applies_to(RAY_TRAINER)
+def patch_ray_trainer(module: Any) -> None:
     cls = module.RayPPOTrainer
-    if getattr(cls.init_workers, "_npu_rl_old_log_prob", False):
-        return
     original_init = cls.init_workers
     original_timer = module.marked_timer
 
@@ -223,7 +208,6 @@ def patch_ray_trainer(module: Any, check: bool = True) -> None:
             return contextlib.nullcontext()
         return original_timer(name, timing_raw, *args, **kwargs)
 
-    init_workers._npu_rl_old_log_prob = True
     cls.init_workers = init_workers
     module.marked_timer = marked_timer
 
@@ -246,7 +230,6 @@ def _on_policy_loss_getter(get_policy_loss_fn):
 
         return loss
 
-    getter._npu_rl_old_log_prob = True
     return getter
 
 
@@ -258,20 +241,27 @@ def _tap_metrics(tap: list[tuple[Any, Any]]) -> dict:
     return {ENTROPY_KEY: torch.cat([e for e, _ in tap]), MASK_KEY: torch.cat([m for _, m in tap])}
 
 
-def patch_dp_actor(module: Any, check: bool = True) -> None:
-    if check:
-        _check(DP_ACTOR, Path(module.__file__))
-        _check("verl.workers.fsdp_workers")
-    cls = module.DataParallelPPOActor
-    if getattr(module.get_policy_loss_fn, "_npu_rl_old_log_prob", False):
-        return
+def _patch_actor(module: Any, cls: type, skipping_update) -> None:
+    """Both actors: on-policy losses, and ``update_policy`` replaced by ``skipping_update(self, data,
+    verl's update_policy)`` when the actor skips the old_log_prob pass."""
     module.get_policy_loss_fn = _on_policy_loss_getter(module.get_policy_loss_fn)
-    original_update, original_forward = cls.update_policy, cls._forward_micro_batch
+    original = cls.update_policy
 
-    @functools.wraps(original_update)
+    @functools.wraps(original)
     def update_policy(self, data):
         if not skip_enabled(self.config):
-            return original_update(self, data)
+            return original(self, data)
+        return skipping_update(self, data, original)
+
+    cls.update_policy = update_policy
+
+
+@PATCH.applies_to(DP_ACTOR, also=("verl.workers.fsdp_workers",))
+def patch_dp_actor(module: Any) -> None:
+    cls = module.DataParallelPPOActor
+    original_forward = cls._forward_micro_batch
+
+    def update_policy(self, data, original_update):
         updates = len(data.split(self.config.ppo_mini_batch_size)) * self.config.ppo_epochs
         _require_one_update(updates, f"{updates} optimizer updates on one step's batch")
         self._npu_rl_entropy_tap = tap = []
@@ -295,7 +285,7 @@ def patch_dp_actor(module: Any, check: bool = True) -> None:
         tap.append((entropy.detach().cpu(), micro_batch["response_mask"].cpu()))
         return (entropy if calculate_entropy else None), log_prob
 
-    cls.update_policy = update_policy
+    _patch_actor(module, cls, update_policy)
     cls._forward_micro_batch = _forward_micro_batch
 
 
@@ -304,13 +294,10 @@ def patch_dp_actor(module: Any, check: bool = True) -> None:
 _mcore_tap: contextvars.ContextVar[list | None] = contextvars.ContextVar("npu_rl_mcore_entropy", default=None)
 
 
-def patch_mcore_forward(module: Any, check: bool = True) -> None:
-    if check:
-        _check(f"{MCORE_MODELS}.registry")
+@PATCH.applies_to(MCORE_MODELS, also=(f"{MCORE_MODELS}.registry",))
+def patch_mcore_forward(module: Any) -> None:
     for name in ("get_mcore_forward_fn", "get_mcore_forward_fused_fn"):
         getter = getattr(module, name)
-        if getattr(getter, "_npu_rl_old_log_prob", False):
-            continue
 
         def tapped_getter(*args, _getter=getter, **kwargs):
             forward_fn = _getter(*args, **kwargs)
@@ -325,26 +312,17 @@ def patch_mcore_forward(module: Any, check: bool = True) -> None:
 
             return forward
 
-        tapped_getter._npu_rl_old_log_prob = True
         setattr(module, name, tapped_getter)
 
 
-def patch_megatron_actor(module: Any, check: bool = True) -> None:
-    if check:
-        _check(MEGATRON_ACTOR, Path(module.__file__))
-        _check("verl.workers.megatron_workers")
+@PATCH.applies_to(MEGATRON_ACTOR, also=("verl.workers.megatron_workers",))
+def patch_megatron_actor(module: Any) -> None:
     cls = module.MegatronPPOActor
-    if getattr(module.get_policy_loss_fn, "_npu_rl_old_log_prob", False):
-        return
-    module.get_policy_loss_fn = _on_policy_loss_getter(module.get_policy_loss_fn)
-    original_update, original_fbb = cls.update_policy, cls.forward_backward_batch
+    original_fbb = cls.forward_backward_batch
 
-    @functools.wraps(original_update)
-    def update_policy(self, dataloader):
+    def update_policy(self, dataloader, original_update):
         import torch
 
-        if not skip_enabled(self.config):
-            return original_update(self, dataloader)
         if self.config.use_dynamic_bsz:
             # Dynamic batches reorder the micro-batches; the entropy rows would not match the masks.
             raise RuntimeError(f"npu_rl patch {PATCH_NAME!r}: {KEY}=False with megatron needs use_dynamic_bsz=False")
@@ -375,5 +353,5 @@ def patch_megatron_actor(module: Any, check: bool = True) -> None:
             calculate_entropy = True  # entropy_coeff 0 keeps it out of the loss
         return original_fbb(self, data, forward_only, *args, calculate_entropy=calculate_entropy, **kwargs)
 
-    cls.update_policy = update_policy
+    _patch_actor(module, cls, update_policy)
     cls.forward_backward_batch = forward_backward_batch

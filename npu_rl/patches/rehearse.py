@@ -29,8 +29,7 @@ import os
 from pathlib import Path
 from typing import Any
 
-from .guard import require_unchanged
-from .hooks import when_imported
+from .guard import Patch
 
 PATCH_NAME = "rehearse"
 REPORT_ENV = "NPU_RL_REHEARSE_REPORT"
@@ -49,6 +48,8 @@ FINGERPRINTS = {
     "verl.trainer.main_ppo:TaskRunner.run": "01fba572c691f5cf",
 }
 
+PATCH = Patch(PATCH_NAME, FINGERPRINTS)
+
 _seen: dict[str, Any] = {}
 
 
@@ -56,12 +57,9 @@ class RehearsalComplete(Exception):
     """Raised where verl would allocate devices; the report says what was checked."""
 
 
-def install() -> None:
-    when_imported(RAY_TRAINER, patch_ray_trainer)
-
-
+# Everything is checked when the trainer is patched: main_ppo runs as __main__ in the driver.
+@PATCH.applies_to(RAY_TRAINER, also=(RAY_BASE, "verl.trainer.main_ppo"))
 def patch_ray_trainer(module: Any) -> None:
-    require_unchanged(PATCH_NAME, FINGERPRINTS)
     trainer_cls, manager_cls = module.RayPPOTrainer, module.ResourcePoolManager
     original_init = trainer_cls.__init__
     # Whatever create_resource_pool is installed now (stock, or the cpu patch's) builds the pools.

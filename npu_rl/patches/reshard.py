@@ -13,16 +13,13 @@ allows that only on NPU platforms.
 from __future__ import annotations
 
 import contextvars
-from pathlib import Path
 from typing import Any
 
-from .guard import PatchVersionError, require_module_unchanged, require_verl
-from .hooks import when_imported
+from .guard import Patch, PatchVersionError
 
 PATCH_NAME = "reshard"
 
 MEGATRON_WORKERS = "verl.workers.megatron_workers"
-MEGATRON_UTILS = "verl.utils.megatron_utils"
 VLLM_ROLLOUT = "verl.workers.rollout.vllm_rollout.vllm_rollout_spmd"
 
 # Source fingerprints (npu_rl.patches.guard) of what the wrappers rely on, in verl 0.6.1:
@@ -30,22 +27,13 @@ VLLM_ROLLOUT = "verl.workers.rollout.vllm_rollout.vllm_rollout_spmd"
 # mbridge is used, and update_weights loads into the engine's model.
 FINGERPRINTS = {
     f"{MEGATRON_WORKERS}:ActorRolloutRefWorker.rollout_mode": "2ab43d19621d8ae1",
-    f"{MEGATRON_UTILS}:per_tensor_generator": "b63b338ac4b31f89",
+    "verl.utils.megatron_utils:per_tensor_generator": "b63b338ac4b31f89",
     f"{VLLM_ROLLOUT}:vLLMRollout.update_weights": "b185a260121c953b",
     f"{VLLM_ROLLOUT}:vLLMAsyncRollout.update_weights": "c2c5f5f23d8853ce",
 }
+PATCH = Patch(PATCH_NAME, FINGERPRINTS)
 
 _worker: contextvars.ContextVar[Any] = contextvars.ContextVar("npu_rl_reshard_worker", default=None)
-
-
-def _check(module_name: str, path: Path | None = None) -> None:
-    require_module_unchanged(PATCH_NAME, FINGERPRINTS, module_name, path)
-
-
-def install() -> None:
-    when_imported("verl", lambda m: require_verl(PATCH_NAME))
-    when_imported(MEGATRON_WORKERS, patch_megatron_workers)
-    when_imported(VLLM_ROLLOUT, patch_vllm_rollout)
 
 
 # --- training side -------------------------------------------------------------------------------
@@ -135,13 +123,9 @@ def build_request(worker: Any, actor_module: list, hf_config: Any, tf_config: An
     return ReshardRequest(plan=plan, rank=info["rank"], train_shards=shards)
 
 
-def patch_megatron_workers(module: Any, check: bool = True) -> None:
-    if check:
-        _check(MEGATRON_WORKERS, Path(module.__file__))
-        _check(MEGATRON_UTILS)
+@PATCH.applies_to(MEGATRON_WORKERS, also=("verl.utils.megatron_utils",))
+def patch_megatron_workers(module: Any) -> None:
     cls = module.ActorRolloutRefWorker
-    if getattr(cls.rollout_mode, "_npu_rl_reshard", False):
-        return
     original_mode = cls.rollout_mode
     original_gen = module.per_tensor_generator
 
@@ -158,7 +142,6 @@ def patch_megatron_workers(module: Any, check: bool = True) -> None:
             return original_gen(actor_module, model_config, weight_converter, transformer_config, *args, **kwargs)
         return build_request(worker, actor_module, model_config, transformer_config)
 
-    rollout_mode._npu_rl_reshard = True
     cls.rollout_mode = rollout_mode
     module.per_tensor_generator = per_tensor_generator
 
@@ -174,15 +157,12 @@ def rollout_model(rollout: Any) -> Any:
     return engine.llm_engine.model_executor.driver_worker.worker.model_runner.model
 
 
-def patch_vllm_rollout(module: Any, check: bool = True) -> None:
+@PATCH.applies_to(VLLM_ROLLOUT)
+def patch_vllm_rollout(module: Any) -> None:
     from ..reshard.verl_sync import ReshardRequest
 
-    if check:
-        _check(VLLM_ROLLOUT, Path(module.__file__))
     for cls in (module.vLLMRollout, module.vLLMAsyncRollout):
         original = cls.update_weights
-        if getattr(original, "_npu_rl_reshard", False):
-            continue
 
         async def update_weights(self, weights, _original=original, **kwargs):
             if isinstance(weights, ReshardRequest):
@@ -190,5 +170,4 @@ def patch_vllm_rollout(module: Any, check: bool = True) -> None:
                 return None
             return await _original(self, weights, **kwargs)
 
-        update_weights._npu_rl_reshard = True
         cls.update_weights = update_weights

@@ -37,11 +37,9 @@ from __future__ import annotations
 import functools
 import os
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
-from .guard import PatchVersionError, require_module_unchanged, require_verl
-from .hooks import when_imported
+from .guard import Patch, PatchVersionError
 
 PATCH_NAME = "vllm_dp"
 
@@ -61,16 +59,8 @@ FINGERPRINTS = {
     f"{VLLM_ROLLOUT}:vLLMRollout.__init__": "464155956de163dc",
     f"{MEGATRON_WORKERS}:ActorRolloutRefWorker._build_rollout": "4871a4201f173df2",
 }
-
-
-def _check(module_name: str, path: Path | None = None) -> None:
-    require_module_unchanged(PATCH_NAME, FINGERPRINTS, module_name, path)
-
-
-def install() -> None:
-    when_imported("verl", lambda m: require_verl(PATCH_NAME))
-    when_imported(VLLM_ROLLOUT, patch_vllm_rollout)
-    when_imported(MEGATRON_WORKERS, lambda m: _check(MEGATRON_WORKERS, Path(m.__file__)))
+# The megatron worker's fingerprint is checked when that module is imported (guard.Patch.install).
+PATCH = Patch(PATCH_NAME, FINGERPRINTS)
 
 
 # --- layout --------------------------------------------------------------------------------------
@@ -221,12 +211,9 @@ def _check_engine_groups(env: dict[str, str]) -> None:
         )
 
 
-def patch_vllm_rollout(module: Any, check: bool = True) -> None:
-    if check:
-        _check(VLLM_ROLLOUT, Path(module.__file__))
+@PATCH.applies_to(VLLM_ROLLOUT)
+def patch_vllm_rollout(module: Any) -> None:
     cls = module.vLLMRollout
-    if getattr(cls.__init__, "_npu_rl_vllm_dp", False):
-        return
     original = cls.__init__
 
     @functools.wraps(original)
@@ -236,5 +223,4 @@ def patch_vllm_rollout(module: Any, check: bool = True) -> None:
         original(self, config, model_config, device_mesh, *args, **kwargs)
         _check_engine_groups(env)
 
-    __init__._npu_rl_vllm_dp = True
     cls.__init__ = __init__

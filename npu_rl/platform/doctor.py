@@ -19,7 +19,7 @@ from typing import Callable, Iterable, Literal
 from .. import versions
 from ..cluster.probe import port_free
 from ..errors import UserError
-from ..launcher import paths as run_paths
+from ..launcher import run_files
 from ..recipe.schema import Recipe
 from . import cann, devices, npusmi
 
@@ -218,8 +218,8 @@ def _weights_bytes(model_dir: Path) -> int:
 
 
 def check_disk(ctx: _Context) -> CheckResult:
-    target = run_paths.resolve(ctx.recipe.checkpoint.dir)
-    weights = _weights_bytes(run_paths.model_dir(ctx.recipe))
+    target = run_files.resolve(ctx.recipe.checkpoint.dir)
+    weights = _weights_bytes(run_files.model_dir(ctx.recipe))
     factor = CHECKPOINT_FACTOR if ctx.job == "train" else 2  # merge writes one fp32 HF copy
     need = max(weights * factor, GiB)
     free = ctx.host.disk_usage(_existing_parent(target))[2]
@@ -232,7 +232,7 @@ def check_disk(ctx: _Context) -> CheckResult:
 def check_model(ctx: _Context) -> CheckResult:
     from ..model.fetch import check_model_dir
 
-    path = run_paths.model_dir(ctx.recipe)
+    path = run_files.model_dir(ctx.recipe)
     try:
         check_model_dir(path)
     except UserError as err:
@@ -245,17 +245,17 @@ def check_data(ctx: _Context) -> CheckResult:
     if ctx.job == "train":
         files = list(ctx.recipe.data.train_files) + files
     for f in files:
-        path = run_paths.resolve(f)
+        path = run_files.resolve(f)
         if not path.is_file():
             return _fail("data", f"{path} missing", f"run `npu-rl prepare --recipe {ctx.recipe.name}`")
     return _ok("data", f"{len(files)} file(s)")
 
 
 def check_checkpoints(ctx: _Context) -> CheckResult:
-    steps = run_paths.saved_steps(ctx.recipe)
-    root = run_paths.checkpoint_root(ctx.recipe)
+    steps = run_files.saved_steps(ctx.recipe)
+    root = run_files.checkpoint_root(ctx.recipe)
     if not steps:
-        damaged = "".join(f"; global_step_{s} is incomplete: {p}" for s, p in run_paths.damaged_steps(ctx.recipe))
+        damaged = "".join(f"; global_step_{s} is incomplete: {p}" for s, p in run_files.damaged_steps(ctx.recipe))
         return _fail("checkpoints", f"none under {root}{damaged}",
                      f"train first: `npu-rl train --recipe {ctx.recipe.name}`")
     return _ok("checkpoints", f"steps {', '.join(map(str, steps))}")

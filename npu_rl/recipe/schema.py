@@ -22,7 +22,9 @@ def _numeric(annotation: Any) -> bool:
     return bool(args) and all(a in (int, float) for a in args)
 
 
-class _Strict(BaseModel):
+class Strict(BaseModel):
+    """Unknown keys, ``true`` for a number, inf and nan are errors (recipes and report thresholds)."""
+
     # inf/nan reach verl as valid floats and turn into NaN losses steps later.
     model_config = ConfigDict(extra="forbid", validate_assignment=True, allow_inf_nan=False)
 
@@ -37,7 +39,7 @@ class _Strict(BaseModel):
         return data
 
 
-class ModelSpec(_Strict):
+class ModelSpec(Strict):
     path: str = Field(description="Local directory with the HF weights (relative to the workspace)")
     hub_id: str | None = Field(None, description="Hub repo id used by `npu-rl model fetch`")
     tokenizer_config: str | None = Field(
@@ -53,7 +55,7 @@ class ModelSpec(_Strict):
     trust_remote_code: bool = False
 
 
-class DataSpec(_Strict):
+class DataSpec(Strict):
     train_files: list[str] = Field(min_length=1)
     val_files: list[str] = Field(min_length=1)
     max_prompt_length: int = Field(512, gt=0)
@@ -72,7 +74,7 @@ class DataSpec(_Strict):
     hub_dataset: str = "DigitalLearningGmbH/MATH-lighteval"
 
 
-class AlgorithmSpec(_Strict):
+class AlgorithmSpec(Strict):
     adv_estimator: Literal["grpo", "gae", "rloo", "reinforce_plus_plus", "remax", "opo", "grpo_passk"] = "grpo"
     train_batch_size: int = Field(gt=0)
     rollout_n: int = Field(8, gt=0)
@@ -94,7 +96,7 @@ class AlgorithmSpec(_Strict):
     seed: int = 1
 
 
-class RecomputeSpec(_Strict):
+class RecomputeSpec(Strict):
     """Megatron activation recompute (Megatron-core TransformerConfig recompute_*; verl 0.6.1's default is none)."""
 
     granularity: Literal["full", "selective"] = "full"
@@ -102,7 +104,7 @@ class RecomputeSpec(_Strict):
     num_layers: int | None = Field(None, gt=0)
 
 
-class ActorSpec(_Strict):
+class ActorSpec(Strict):
     strategy: Literal["fsdp", "fsdp2", "megatron"] = "fsdp"
     param_offload: bool = False
     optimizer_offload: bool = False
@@ -121,7 +123,7 @@ class ActorSpec(_Strict):
     layers_per_stage: list[int] | None = None
 
 
-class RolloutSpec(_Strict):
+class RolloutSpec(Strict):
     name: Literal["vllm", "sglang", "hf"] = "vllm"
     tensor_model_parallel_size: int = Field(1, gt=0)
     expert_parallel: bool = False
@@ -144,7 +146,7 @@ class RolloutSpec(_Strict):
     ascend_scheduler: bool = False
 
 
-class ResourcesSpec(_Strict):
+class ResourcesSpec(Strict):
     platform: Platform
     nnodes: int = Field(1, gt=0)
     devices_per_node: int = Field(gt=0)
@@ -167,13 +169,13 @@ class ResourcesSpec(_Strict):
         return "cpu" if self.platform == "cpu" else "npu"
 
 
-class RewardWeights(_Strict):
+class RewardWeights(Strict):
     accuracy: float = Field(0.7, ge=0)
     format: float = Field(0.2, ge=0)
     cot: float = Field(0.1, ge=0)
 
 
-class RewardSpec(_Strict):
+class RewardSpec(Strict):
     # A module path inside npu_rl (resolved to its installed file) or a .py file path.
     function: str = Field("npu_rl.reward.math", min_length=1)
     name: str = Field("compute_score", min_length=1)
@@ -182,7 +184,7 @@ class RewardSpec(_Strict):
     timeout_s: float = Field(1.0, gt=0)
 
 
-class LoggingSpec(_Strict):
+class LoggingSpec(Strict):
     project: str
     experiment: str
     backends: list[Logger] = ["console", "tensorboard"]
@@ -190,7 +192,7 @@ class LoggingSpec(_Strict):
     val_generations_to_log: int = Field(0, ge=0)
 
 
-class CheckpointSpec(_Strict):
+class CheckpointSpec(Strict):
     dir: str = "checkpoints"
     save_freq: int = Field(20, ge=-1)
     test_freq: int = Field(5, ge=-1)
@@ -199,13 +201,13 @@ class CheckpointSpec(_Strict):
     val_before_train: bool = False
 
 
-class OptimizationsSpec(_Strict):
+class OptimizationsSpec(Strict):
     # False: skip verl's old_log_prob forward and reuse the update's own detached
     # log-probs (exact only on-policy with one optimizer update per step).
     recompute_old_log_prob: bool = True
 
 
-class ReshardSpec(_Strict):
+class ReshardSpec(Strict):
     """Train-to-rollout weight sync through npu_rl.reshard's alltoallv plan (megatron, NPU only)."""
 
     enabled: bool = False
@@ -213,7 +215,7 @@ class ReshardSpec(_Strict):
     bucket_mb: int = Field(64, gt=0)
 
 
-class WeightConversionSpec(_Strict):
+class WeightConversionSpec(Strict):
     """Prepare job: HF checkpoint -> (bf16) -> Megatron dist checkpoint, run once before training."""
 
     hf_path: str = Field(description="HF checkpoint as published (DeepSeek-R1 ships FP8 weights)")
@@ -232,11 +234,11 @@ class WeightConversionSpec(_Strict):
     nproc_per_node: int = Field(1, ge=1, description="Converter processes per node (each holds the HF model in RAM)")
 
 
-class PrepareSpec(_Strict):
+class PrepareSpec(Strict):
     weight_conversion: WeightConversionSpec | None = None
 
 
-class Recipe(_Strict):
+class Recipe(Strict):
     name: str
     description: str = ""
     model: ModelSpec

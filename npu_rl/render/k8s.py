@@ -31,7 +31,7 @@ from pathlib import Path, PurePosixPath
 import yaml
 from jinja2 import Environment
 
-from .. import versions
+from .. import defaults, versions
 from ..cluster.raynode import registered_resources
 from ..errors import UserError
 from ..image.spec import spec as image_spec
@@ -40,7 +40,7 @@ from ..recipe import parse_recipe
 from ..recipe.schema import Recipe
 from .templating import environment
 
-TARGETS = ("volcano", "kuberay")
+TARGETS = defaults.K8S_TARGETS
 RECIPE_DIR = PurePosixPath("/etc/npu-rl")
 RECIPE_FILE = "recipe.yaml"
 WORKSPACE = PurePosixPath("/workspace")  # NPU_RL_WORKSPACE of the image
@@ -69,12 +69,12 @@ ACCELERATORS = {
 @dataclass(frozen=True)
 class K8sOptions:
     image: str | None = None  # default: <images.registry>/<tag of the platform's image>
-    queue: str = "default"
-    pvc: str = "npu-rl-workspace"  # ReadWriteMany claim with models, data, checkpoints, logs
-    shm_size: str = "64Gi"  # memory-backed /dev/shm: Ray's object store and HCCL buffers
-    max_retry: int = 3
-    wait_timeout_s: int = 1800
-    ray_port: int = 6379
+    queue: str = defaults.K8S_QUEUE
+    pvc: str = defaults.K8S_PVC
+    shm_size: str = defaults.K8S_SHM_SIZE
+    max_retry: int = defaults.K8S_MAX_RETRY
+    wait_timeout_s: int = defaults.NODES_TIMEOUT_S
+    ray_port: int = defaults.RAY_PORT
     extra_labels: dict[str, str] = field(default_factory=dict)
 
 

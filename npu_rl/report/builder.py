@@ -11,7 +11,7 @@ from typing import Any
 
 from ..errors import UserError
 from .plots import Plot, plot_run
-from .rules import Context, Finding, apply_rules, exit_code
+from .rules import Context, Finding, apply_rules, exit_code, notes
 from .scalars import load_run
 from .thresholds import Thresholds, load_thresholds
 
@@ -111,11 +111,11 @@ def build_report(
         raise UserError(f"evaluation table not found: {table_path}")
     eval_acc, eval_md = _eval_accuracy(table_path)
 
-    ctx = Context(series=series, thresholds=t, on_policy=_on_policy(recipe), eval_accuracy=eval_acc, notes=[])
+    ctx = Context(series=series, thresholds=t, on_policy=_on_policy(recipe), eval_accuracy=eval_acc)
     findings = apply_rules(ctx)
     out = Path(out_dir) if out_dir else run_dir / "report"
     out.mkdir(parents=True, exist_ok=True)
-    report = Report(run_dir=run_dir, out_dir=out, findings=findings, notes=list(ctx.notes or []))
+    report = Report(run_dir=run_dir, out_dir=out, findings=findings, notes=notes(ctx))
     report.plots = plot_run(series, findings, t, out / "plots")
 
     steps = sorted({int(s) for ser in series.values() for s in ser.steps})

@@ -7,19 +7,26 @@ from pathlib import Path
 from typing import Any
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import Field, ValidationError
 
 from ..errors import UserError
+from ..recipe.schema import Strict
 
 DEFAULTS = Path(__file__).with_name("thresholds.yaml")
 
 
-class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+class _OneMetric(Strict):
+    metric: str  # the scalar tag the rule reads
 
 
-class Entropy(_Strict):
-    metric: str
+class _Windowed(_OneMetric):
+    """A rule comparing each point with the running median of the ``window`` points before it."""
+
+    window: int = Field(gt=0)
+    min_history: int = Field(gt=0)
+
+
+class Entropy(_OneMetric):
     warn_below: float
     critical_below: float
     relative_floor: float = Field(ge=0, le=1)
@@ -28,50 +35,42 @@ class Entropy(_Strict):
     min_points: int = Field(gt=0)
 
 
-class Kl(_Strict):
-    metric: str
+class Kl(_OneMetric):
     explode_above: float
     flat_below: float = Field(ge=0)
     flat_points: int = Field(gt=0)
 
 
-class NonFinite(_Strict):
+class NonFinite(Strict):
     metrics: list[str]
 
 
-class ClipFrac(_Strict):
-    metric: str
+class ClipFrac(_OneMetric):
     high_above: float
     low_below: float
     min_points: int = Field(gt=0)
     on_policy_zero: float = Field(ge=0)
 
 
-class GradNorm(_Strict):
-    metric: str
+class GradNorm(_Windowed):
     spike_factor: float = Field(gt=1)
-    window: int = Field(gt=0)
-    min_history: int = Field(gt=0)
 
 
-class ResponseLength(_Strict):
-    metric: str
+class ResponseLength(_Windowed):
     clip_metric: str
     rise_factor: float = Field(gt=1)
     drop_factor: float = Field(gt=0, lt=1)
-    window: int = Field(gt=0)
-    min_history: int = Field(gt=0)
     clip_near_one: float = Field(gt=0, le=1)
     clip_points: int = Field(gt=0)
 
 
-class RewardHacking(_Strict):
+class RewardHacking(Strict):
     min_reward_gain: float = Field(gt=0)
     max_acc_gain: float
     eval_min_gain_points: float
 
 
-class Thresholds(_Strict):
+class Thresholds(Strict):
     entropy: Entropy
     kl: Kl
     nonfinite: NonFinite

@@ -51,7 +51,7 @@ class StackedShard:
             view.copy_(src[i])
 
     def copy_to(self, box: Box, other: "ShardLike", other_box: Box) -> None:
-        (o0, n0), rest = other_box[0], other_box[1:]
+        (o0, _), rest = other_box[0], other_box[1:]
         for i, view in self._items(box):
             other.write(((o0 + i, 1),) + rest, view.unsqueeze(0))
 

@@ -1,4 +1,4 @@
-"""The symbolic fallback, run only inside worker processes (see ``budget``).
+"""The symbolic fallback, run only inside worker processes (see ``worker_pool``).
 
 It is the same judge as the fast path (``equiv.judge``) with the symbolic leaf
 of :mod:`npu_rl.reward.symbolic` for what ``latex_eval`` cannot decide, so the

@@ -18,7 +18,7 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Mapping, Sequence
 
-from npu_rl.reward.budget import get_pool
+from npu_rl.reward.worker_pool import get_pool
 from npu_rl.reward.equiv import judge
 from npu_rl.reward.extract import extract_answer
 from npu_rl.reward.rubric import Weights, cot_fraction, format_fraction, weights_from

@@ -187,9 +187,9 @@ def test_counts_come_from_the_recipe_when_not_given(clean_env):
     from npu_rl.cluster.placement import Placement
     from npu_rl.commands.ray import resolve_counts
 
-    args = Namespace(nodes=None, devices=None, recipe="deepseek_r1_671b_a3")
+    args = Namespace(nodes=None, devices=None, recipe="deepseek_r1_671b_a3", set=None)
     assert resolve_counts(args, Placement("none")) == (16, 16)
     # The launcher's view of the job beats the recipe; flags beat both.
     assert resolve_counts(args, Placement("volcano", nnodes=2)) == (2, 16)
-    assert resolve_counts(Namespace(nodes=3, devices=4, recipe="deepseek_r1_671b_a3"),
+    assert resolve_counts(Namespace(nodes=3, devices=4, recipe="deepseek_r1_671b_a3", set=None),
                           Placement("volcano", nnodes=2)) == (3, 4)

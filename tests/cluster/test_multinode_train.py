@@ -21,7 +21,7 @@ import pytest
 import yaml
 
 from npu_rl.cli import main
-from npu_rl.launcher import paths as run_paths
+from npu_rl.launcher import run_files
 from npu_rl.recipe import load_recipe
 from npu_rl.render.k8s import K8sOptions, render_text
 
@@ -57,7 +57,7 @@ def pods():
     old = os.environ.get("NPU_RL_WORKSPACE")
     os.environ["NPU_RL_WORKSPACE"] = str(ws)
     try:
-        assert main(["model", "tiny", "--out", str(run_paths.model_dir(recipe)), "--warm-start-steps", "50"]) == 0
+        assert main(["model", "tiny", "--out", str(run_files.model_dir(recipe)), "--warm-start-steps", "50"]) == 0
         assert main(["data", "math", "--from", "sample", "--out", str(ws / "data" / "math-sample")]) == 0
     finally:
         if old is None:
@@ -126,11 +126,11 @@ def test_the_rendered_head_command_trains_on_two_nodes(pods):
     assert pods["head_rc"] == 0, pods["head_log"][-4000:]
     assert "cluster ready: 2 nodes" in pods["head_log"]
     assert f"step:{STEPS} - " in pods["head_log"]
-    assert _in_ws(pods, lambda: run_paths.latest_step(pods["recipe"])) == STEPS
+    assert _in_ws(pods, lambda: run_files.latest_step(pods["recipe"])) == STEPS
 
 
 def test_patches_are_active_in_the_workers_of_both_nodes(pods):
-    verdict = json.loads(_in_ws(pods, lambda: (run_paths.log_root(pods["recipe"]) / "workers.json").read_text()))
+    verdict = json.loads(_in_ws(pods, lambda: (run_files.log_root(pods["recipe"]) / "workers.json").read_text()))
     assert verdict["error"] is None
     assert len(verdict["workers"]) == 2 and len(verdict["nodes"]) == 2, verdict
     for w in verdict["workers"]:
@@ -138,7 +138,7 @@ def test_patches_are_active_in_the_workers_of_both_nodes(pods):
 
 
 def test_old_log_prob_pass_is_skipped_in_the_remote_workers(pods):
-    metrics = _in_ws(pods, lambda: run_paths.metrics_file(pods["recipe"], 0)).read_text().splitlines()
+    metrics = _in_ws(pods, lambda: run_files.metrics_file(pods["recipe"], 0)).read_text().splitlines()
     rows = [json.loads(line) for line in metrics]
     assert rows and all("timing_s/old_log_prob" not in r["data"] for r in rows), rows[:1]
     assert all("timing_s/update_actor" in r["data"] for r in rows)

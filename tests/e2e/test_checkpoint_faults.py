@@ -9,7 +9,7 @@ import re
 import pytest
 
 from npu_rl.cli import main
-from npu_rl.launcher import paths as run_paths
+from npu_rl.launcher import run_files
 from npu_rl.recipe import load_recipe
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(900)]
@@ -24,7 +24,7 @@ def _args(steps: int) -> list[str]:
 
 
 def _metric_steps(recipe, start: int) -> list[int]:
-    lines = run_paths.metrics_file(recipe, start).read_text().splitlines()
+    lines = run_files.metrics_file(recipe, start).read_text().splitlines()
     return [json.loads(line)["step"] for line in lines]
 
 
@@ -35,17 +35,17 @@ def _steps_logged(out: str) -> set[str]:
 def test_damaged_latest_checkpoint_finished_run_and_rotation(tmp_path, monkeypatch, capfd):
     monkeypatch.setenv("NPU_RL_WORKSPACE", str(tmp_path))
     recipe = load_recipe("tiny_math_cpu", SETS)
-    assert main(["model", "tiny", "--out", str(run_paths.model_dir(recipe)), "--warm-start-steps", "20"]) == 0
+    assert main(["model", "tiny", "--out", str(run_files.model_dir(recipe)), "--warm-start-steps", "20"]) == 0
     assert main(["data", "math", "--from", "sample", "--out", str(tmp_path / "data" / "math-sample")]) == 0
 
     assert main(["train", *_args(2)]) == 0
-    assert run_paths.saved_steps(recipe) == [1, 2]
+    assert run_files.saved_steps(recipe) == [1, 2]
     capfd.readouterr()
     assert _metric_steps(recipe, 0) == [1, 2]  # the last step's line is on disk too
 
     # One optimizer shard of the newest checkpoint lost (a disk fault, a kill during the save).
-    (run_paths.step_dir(recipe, 2) / "actor" / "optim_world_size_2_rank_1.pt").unlink()
-    assert run_paths.latest_step(recipe) == 1
+    (run_files.step_dir(recipe, 2) / "actor" / "optim_world_size_2_rank_1.pt").unlink()
+    assert run_files.latest_step(recipe) == 1
     assert main(["merge", *_args(2), "--step", "2"]) == 2
     err = capfd.readouterr().err.strip().splitlines()[-1]
     assert err.startswith("npu-rl: error: --step 2: global_step_2 is incomplete (1 shard(s) missing")
@@ -57,13 +57,13 @@ def test_damaged_latest_checkpoint_finished_run_and_rotation(tmp_path, monkeypat
     assert _steps_logged(out) == {"2", "3"}  # step 2 trained again, from step 1's state
     assert _metric_steps(recipe, 1) == [2, 3]  # the resumed segment's own metrics file
     # max_to_keep 2 across both segments: step 1 rotated away, the re-saved step 2 is complete again.
-    assert run_paths.saved_steps(recipe) == [2, 3]
-    assert not run_paths.step_dir(recipe, 1).exists()
+    assert run_files.saved_steps(recipe) == [2, 3]
+    assert not run_files.step_dir(recipe, 1).exists()
 
     assert main(["train", *_args(3)]) == 0
     out = capfd.readouterr().out
     assert "already finished: global_step_3 reached total_training_steps 3" in out
-    assert _steps_logged(out) == set() and run_paths.saved_steps(recipe) == [2, 3]
+    assert _steps_logged(out) == set() and run_files.saved_steps(recipe) == [2, 3]
 
     # verl writes config and tokenizer into actor/huggingface at save time; without weights it is not merged.
     assert main(["eval", *_args(3), "--step", "3"]) == 2

@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from npu_rl.cli import main
-from npu_rl.launcher import paths as run_paths
+from npu_rl.launcher import run_files
 from npu_rl.recipe import load_recipe
 from npu_rl.report.scalars import load_run
 
@@ -25,12 +25,12 @@ def _train(steps: int) -> int:
 def test_train_checkpoint_resume_merge_load(tmp_path, monkeypatch, capfd):
     monkeypatch.setenv("NPU_RL_WORKSPACE", str(tmp_path))
     recipe = load_recipe("tiny_math_cpu", {"logging.experiment": EXPERIMENT})
-    assert main(["model", "tiny", "--out", str(run_paths.model_dir(recipe)), "--warm-start-steps", "100"]) == 0
+    assert main(["model", "tiny", "--out", str(run_files.model_dir(recipe)), "--warm-start-steps", "100"]) == 0
     assert main(["data", "math", "--from", "sample", "--out", str(tmp_path / "data" / "math-sample")]) == 0
 
     assert _train(2) == 0
-    assert run_paths.latest_step(recipe) == 2
-    assert run_paths.saved_steps(recipe) == [2]
+    assert run_files.latest_step(recipe) == 2
+    assert run_files.saved_steps(recipe) == [2]
     first = capfd.readouterr().out
 
     assert _train(4) == 0
@@ -39,20 +39,20 @@ def test_train_checkpoint_resume_merge_load(tmp_path, monkeypatch, capfd):
     # verl continued at step 3: the resumed run logs steps 3 and 4 only
     assert re.findall(r"\bstep:(\d+) - ", first) and set(re.findall(r"\bstep:(\d+) - ", first)) == {"1", "2"}
     assert set(re.findall(r"\bstep:(\d+) - ", second)) == {"3", "4"}
-    assert run_paths.saved_steps(recipe) == [2, 4]
+    assert run_files.saved_steps(recipe) == [2, 4]
 
-    scalars = load_run(run_paths.log_root(recipe))
+    scalars = load_run(run_files.log_root(recipe))
     assert list(scalars["timing_s/step"].steps) == [1, 2, 3, 4]
     for tag in ("actor/pg_loss", "actor/kl_loss", "critic/score/mean", "response_length/mean"):
         assert tag in scalars, tag
 
     assert main(["merge", "--recipe", "tiny_math_cpu", "--set", f"logging.experiment={EXPERIMENT}"]) == 0
-    merged = run_paths.merged_model_dir(recipe, 4)
+    merged = run_files.merged_model_dir(recipe, 4)
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     model = AutoModelForCausalLM.from_pretrained(merged)
     tok = AutoTokenizer.from_pretrained(merged)
-    base = AutoModelForCausalLM.from_pretrained(run_paths.model_dir(recipe))
+    base = AutoModelForCausalLM.from_pretrained(run_files.model_dir(recipe))
     assert model.config.model_type == "qwen2"
     assert set(model.state_dict()) == set(base.state_dict())
     prompt = tok.apply_chat_template([{"role": "user", "content": "What is $2 + 3$?"}], add_generation_prompt=True,

@@ -14,7 +14,7 @@ import json
 import pytest
 
 from npu_rl import demo
-from npu_rl.launcher import paths as run_paths
+from npu_rl.launcher import run_files
 from npu_rl.recipe import load_recipe
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(1500)]
@@ -29,14 +29,14 @@ def test_demo_lifts_held_out_accuracy(tmp_path, monkeypatch, capfd):
 
     recipe = load_recipe(demo.RECIPE)
     base, trained, step = demo.accuracy_gain(recipe)
-    assert step == run_paths.latest_step(recipe) > 0
+    assert step == run_files.latest_step(recipe) > 0
     assert f"held-out accuracy     : {base:.2f} -> {trained:.2f} at step {step}" in out
     assert trained - base >= MARGIN_POINTS, f"held-out accuracy {base:.2f} -> {trained:.2f}: GRPO did not learn"
 
     # The gain is in the answers themselves: the trained model's graded samples are
     # right where the base model's were wrong (the split shares no problem with
     # training: tests/data/test_sample_split.py).
-    samples = run_paths.log_root(recipe) / "eval" / "samples"
+    samples = run_files.log_root(recipe) / "eval" / "samples"
     by_model = {p.stem: [json.loads(line) for line in p.open()] for p in samples.glob("*.jsonl")}
     trained_rows = next(v for k, v in by_model.items() if k.endswith(f"-rl-{step}"))
     base_rows = next(v for k, v in by_model.items() if not k.endswith(f"-rl-{step}"))

@@ -14,7 +14,7 @@ import psutil
 import pytest
 
 from npu_rl.cli import main
-from npu_rl.launcher import paths as run_paths
+from npu_rl.launcher import run_files
 from npu_rl.recipe import load_recipe
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(600)]
@@ -35,7 +35,7 @@ def test_sigterm_mid_training_ends_every_process_of_the_run(tmp_path, monkeypatc
     monkeypatch.setenv("NPU_RL_WORKSPACE", str(tmp_path))
     sets = {"logging.experiment": "sigterm", "algorithm.total_training_steps": 4, "checkpoint.save_freq": 1}
     recipe = load_recipe("tiny_math_cpu", sets)
-    assert main(["model", "tiny", "--out", str(run_paths.model_dir(recipe)), "--warm-start-steps", "20"]) == 0
+    assert main(["model", "tiny", "--out", str(run_files.model_dir(recipe)), "--warm-start-steps", "20"]) == 0
     assert main(["data", "math", "--from", "sample", "--out", str(tmp_path / "data" / "math-sample")]) == 0
     log = tmp_path / "train.out"
     args = [a for k, v in sets.items() for a in ("--set", f"{k}={v}")]
@@ -59,7 +59,7 @@ def test_sigterm_mid_training_ends_every_process_of_the_run(tmp_path, monkeypatc
     finally:
         if proc.poll() is None:
             proc.kill()
-    lines = run_paths.metrics_file(recipe, 0).read_text().splitlines()
+    lines = run_files.metrics_file(recipe, 0).read_text().splitlines()
     assert lines and json.loads(lines[0])["step"] == 1  # flushed when the step ended, not lost with the kill
     assert main(["train", "--recipe", "tiny_math_cpu", *args]) == 0
-    assert run_paths.latest_step(recipe) == 4
+    assert run_files.latest_step(recipe) == 4

@@ -30,8 +30,14 @@ def test_tiny_model_is_a_loadable_qwen2_with_the_recipe_chat_template(tiny):
     assert text.startswith("<|im_start|>system\n") and "<think>" in text and "\\boxed" in text
     assert text.endswith("<|im_start|>assistant\n")
     ids = tok(text, return_tensors="pt")
-    out = model.generate(**ids, max_new_tokens=4, do_sample=False, pad_token_id=tok.pad_token_id)
-    assert out.shape[1] == ids["input_ids"].shape[1] + 4 or tok.eos_token_id in out[0].tolist()
+    # min_new_tokens keeps greedy decoding from stopping at EOS: the prompt, then exactly 4 new tokens.
+    out = model.generate(**ids, max_new_tokens=4, min_new_tokens=4, do_sample=False, pad_token_id=tok.pad_token_id)
+    prompt_len = ids["input_ids"].shape[1]
+    assert out.shape == (1, prompt_len + 4)
+    assert torch.equal(out[0, :prompt_len], ids["input_ids"][0])
+    assert all(0 <= t < model.config.vocab_size for t in out[0, prompt_len:].tolist())
+    again = model.generate(**ids, max_new_tokens=4, min_new_tokens=4, do_sample=False, pad_token_id=tok.pad_token_id)
+    assert torch.equal(out, again)
 
 
 def test_tiny_model_is_deterministic_for_a_seed(tiny, tmp_path):

@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from npu_rl.cli import main
-from npu_rl.launcher import paths as run_paths
+from npu_rl.launcher import run_files
 from npu_rl.recipe import load_recipe
 from npu_rl.report.scalars import load_run
 
@@ -28,8 +28,8 @@ def _run(experiment: str, recompute: bool) -> tuple:
         args += ["--set", f"{key}={str(value).lower()}"]
     assert main(args) == 0
     recipe = load_recipe("tiny_math_cpu", overrides)
-    scalars = load_run(run_paths.log_root(recipe))
-    actor = run_paths.step_dir(recipe, 1) / "actor"
+    scalars = load_run(run_files.log_root(recipe))
+    actor = run_files.step_dir(recipe, 1) / "actor"
     shards = {}
     for rank in (0, 1):
         state = torch.load(actor / f"model_world_size_2_rank_{rank}.pt", weights_only=False, map_location="cpu")
@@ -45,11 +45,11 @@ def runs(tmp_path_factory):
     try:
         recipe = load_recipe("tiny_math_cpu")
         # The default warm start: rewards then vary within groups, so advantages and pg_loss are non-zero.
-        assert main(["model", "tiny", "--out", str(run_paths.model_dir(recipe))]) == 0
+        assert main(["model", "tiny", "--out", str(run_files.model_dir(recipe))]) == 0
         assert main(["data", "math", "--from", "sample", "--out", str(ws / "data" / "math-sample")]) == 0
         from transformers import AutoModelForCausalLM
 
-        initial = AutoModelForCausalLM.from_pretrained(run_paths.model_dir(recipe)).state_dict()
+        initial = AutoModelForCausalLM.from_pretrained(run_files.model_dir(recipe)).state_dict()
         yield {name: _run(name, recompute) for name, recompute in SETTINGS.items()}, initial
     finally:
         mp.undo()

@@ -159,13 +159,13 @@ def test_inconsistent_rollout_config_is_refused(monkeypatch, deepseek_launch):
 
 def test_guard_fails_on_a_changed_verl_source(tmp_path):
     original = guard.module_file(vllm_dp.VLLM_ROLLOUT)
-    vllm_dp._check(vllm_dp.VLLM_ROLLOUT, original)  # the installed verl is the one the patch was written for
+    vllm_dp.PATCH.check(vllm_dp.VLLM_ROLLOUT, original)  # the installed verl is the one the patch was written for
     copy = tmp_path / "vllm_rollout_spmd.py"
     text = original.read_text()
     assert "**engine_kwargs," in text
     copy.write_text(text.replace("**engine_kwargs,", "**{k: v for k, v in engine_kwargs.items() if k != 'x'},"))
     with pytest.raises(guard.PatchVersionError, match=r"vLLMRollout\.__init__ changed"):
-        vllm_dp._check(vllm_dp.VLLM_ROLLOUT, copy)
+        vllm_dp.PATCH.check(vllm_dp.VLLM_ROLLOUT, copy)
     module = types.SimpleNamespace(__file__=str(copy), vLLMRollout=type("R", (), {}))
     with pytest.raises(guard.PatchVersionError):
         vllm_dp.patch_vllm_rollout(module)

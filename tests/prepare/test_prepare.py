@@ -13,7 +13,7 @@ import yaml
 from npu_rl.cli import main
 from npu_rl.errors import UserError
 from npu_rl.launcher import megatron
-from npu_rl.launcher import paths as run_paths
+from npu_rl.launcher import run_files
 from npu_rl.launcher import prepare as prepare_job
 from npu_rl.model.tokenizer_override import load_override, resolve_override
 from npu_rl.recipe import load_recipe
@@ -37,7 +37,7 @@ def ws(tmp_path, monkeypatch) -> Path:
 
 
 def _outputs(recipe) -> list[Path]:
-    model = run_paths.model_dir(recipe)
+    model = run_files.model_dir(recipe)
     return [*model.iterdir(), *prepare_job.data_files(recipe)]
 
 
@@ -177,7 +177,7 @@ class Conversion:
 
     def commands(self, recipe) -> list[list[str]]:
         conv = recipe.prepare.weight_conversion
-        hf, bf16, mcore = (str(run_paths.resolve(p)) for p in (conv.hf_path, conv.bf16_path,
+        hf, bf16, mcore = (str(run_files.resolve(p)) for p in (conv.hf_path, conv.bf16_path,
                                                                             conv.mcore_path))
         return [self._tool("cast.py", "--input", hf, "--output-bf16-hf-path", bf16),
                 self._tool("convert.py", "--input", bf16, "--output_path", mcore)]

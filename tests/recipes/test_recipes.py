@@ -16,8 +16,9 @@ from npu_rl.recipe import load_recipe
 RECIPES = sorted(p.stem for p in recipes_dir().glob("*.yaml"))
 
 
-def test_the_issue_recipes_ship():
-    assert {"qwen2_5_1_5b_math_a2_4card", "qwen2_5_1_5b_math_a2_1card", "tiny_math_cpu"} <= set(RECIPES)
+def test_the_qwen_deepseek_and_cpu_recipes_ship():
+    assert {"qwen2_5_1_5b_math_a2_4card", "qwen2_5_1_5b_math_a2_1card", "tiny_math_cpu",
+            "deepseek_r1_671b_a3"} <= set(RECIPES)
 
 
 @pytest.mark.parametrize("name", RECIPES)
@@ -129,10 +130,17 @@ def test_dry_run_prints_the_verl_command(tmp_path):
 
 
 @pytest.mark.parametrize("name", RECIPES)
-def test_recipe_files_it_references_exist(name):
-    from npu_rl.model.tokenizer_override import load_override, resolve_override
+def test_the_reward_a_recipe_names_is_a_function(name):
+    import importlib
 
     recipe = load_recipe(name)
-    override = resolve_override(recipe.model.tokenizer_config)
-    if override is not None:
-        assert "chat_template" in load_override(override)
+    assert callable(getattr(importlib.import_module(recipe.reward.function), recipe.reward.name))
+
+
+@pytest.mark.parametrize("name", [n for n in RECIPES if load_recipe(n).model.tokenizer_config])
+def test_the_tokenizer_override_a_recipe_names_has_a_chat_template(name):
+    from npu_rl.model.tokenizer_override import load_override, resolve_override
+
+    override = resolve_override(load_recipe(name).model.tokenizer_config)
+    assert override is not None and override.is_file()
+    assert "chat_template" in load_override(override)

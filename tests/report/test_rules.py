@@ -9,13 +9,13 @@ import numpy as np
 import pytest
 from report_synth import DS, VAL_ACC, VAL_REWARD, healthy_metrics, write_events, write_jsonl
 
-from npu_rl.report.rules import Context, apply_rules, exit_code, running_median, runs
+from npu_rl.report.rules import RULES, Context, apply_rules, exit_code, notes, running_median, runs
 from npu_rl.report.scalars import load_run
 from npu_rl.report.thresholds import load_thresholds
 
 
 def analyse(run_dir, **ctx):
-    return apply_rules(Context(series=load_run(run_dir), thresholds=load_thresholds(), notes=[], **ctx))
+    return apply_rules(Context(series=load_run(run_dir), thresholds=load_thresholds(), **ctx))
 
 
 def keyed(findings):
@@ -159,13 +159,26 @@ def test_eval_accuracy_flat_while_reward_rises(tmp_path):
 def test_on_policy_clip_fraction_zero_is_a_note_not_a_finding(tmp_path):
     metrics = healthy_metrics()
     set_from(metrics, "actor/pg_clipfrac", 1, 0.0)
-    ctx = Context(series=load_run(write_events(tmp_path / "run", metrics)), thresholds=load_thresholds(), notes=[])
+    ctx = Context(series=load_run(write_events(tmp_path / "run", metrics)), thresholds=load_thresholds())
     assert apply_rules(ctx) == []
-    assert any("on-policy" in n for n in ctx.notes)
+    assert any("on-policy" in n for n in notes(ctx))
     # Known off-policy low clip fractions still warn even when the recipe says on-policy is False.
     set_from(metrics, "actor/pg_clipfrac", 1, 0.01)
     findings = analyse(write_events(tmp_path / "run2", metrics), on_policy=False)
     assert keyed(findings) == {("clipfrac_low", "warning", "actor/pg_clipfrac", 1)}
+
+
+def test_a_first_scoped_rule_reports_one_stretch_an_every_scoped_rule_each(tmp_path):
+    metrics = healthy_metrics()
+    set_from(metrics, "actor/kl_loss", 10, 3.0, end=12)
+    set_from(metrics, "actor/kl_loss", 28, 3.0, end=30)
+    set_from(metrics, "actor/pg_clipfrac", 5, 0.45, end=15)
+    set_from(metrics, "actor/pg_clipfrac", 25, 0.45, end=35)
+    found = sorted((f.rule, f.step) for f in analyse(write_events(tmp_path / "run", metrics)))
+    assert found == [("clipfrac_high", 5), ("clipfrac_high", 25), ("kl_explosion", 10)]
+    scopes = {r.name: r.scope for r in RULES}
+    assert scopes["kl_explosion"] == "first" and scopes["clipfrac_high"] == "every"
+    assert set(scopes.values()) == {"first", "every"} and len(scopes) == len(RULES)
 
 
 def test_jsonl_file_logger_gives_the_same_findings(tmp_path):
@@ -210,7 +223,7 @@ def test_threshold_override_changes_the_outcome(tmp_path):
     metrics = healthy_metrics()
     _grad_spike(metrics)
     run = write_events(tmp_path / "run", metrics)
-    ctx = Context(series=load_run(run), thresholds=load_thresholds({"grad_norm": {"spike_factor": 50.0}}), notes=[])
+    ctx = Context(series=load_run(run), thresholds=load_thresholds({"grad_norm": {"spike_factor": 50.0}}))
     assert apply_rules(ctx) == []
 
 

@@ -29,7 +29,7 @@ def test_a_changed_verl_function_is_refused(tmp_path):
     changed = changed_fingerprints(patch.FINGERPRINTS, {patch.MEGATRON_WORKERS: copy})
     assert list(changed) == [f"{patch.MEGATRON_WORKERS}:ActorRolloutRefWorker.rollout_mode"]
     with pytest.raises(PatchVersionError, match="rollout_mode changed"):
-        patch._check(patch.MEGATRON_WORKERS, copy)
+        patch.PATCH.check(patch.MEGATRON_WORKERS, copy)
 
 
 def test_unknown_names_and_shapes_are_errors_not_skips():

@@ -7,6 +7,7 @@ import signal
 import sys
 import time
 from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
 
 import pytest
 
@@ -49,7 +50,7 @@ def test_a_slow_symbolic_check_scores_zero_within_budget(reward, respond):
 
 def test_a_worker_deaf_to_signals_is_killed_and_replaced():
     """A worker stuck in C code ignores its own timer; SIGSTOP makes one that is deaf for sure."""
-    from npu_rl.reward.budget import WorkerPool
+    from npu_rl.reward.worker_pool import WorkerPool
 
     pool = WorkerPool(max_workers=1)
     try:
@@ -126,3 +127,18 @@ def test_verl_loads_the_file_standalone_with_reward_kwargs(reward, respond):
 def test_a_bad_timeout_is_a_configuration_error(reward):
     with pytest.raises(ValueError, match="timeout_s"):
         reward.compute_score("math", "\\boxed{1}", "1", timeout_s=0)
+
+
+def test_workers_do_not_install_the_runs_verl_patches(monkeypatch):
+    from npu_rl.reward.worker_pool import WorkerPool
+
+    monkeypatch.setenv("NPU_RL_PATCHES", "cpu")
+    pool = WorkerPool(max_workers=1)
+    try:
+        pool.start(1, wait_s=60)
+        (worker,) = pool._idle
+        environ = (Path("/proc") / str(worker.proc.pid) / "environ").read_bytes().split(b"\0")
+        assert not [v for v in environ if v.startswith(b"NPU_RL_PATCHES=")]
+        assert pool.call("\\lfloor 2.5 \\rfloor", "2", time.monotonic() + 60) is True
+    finally:
+        pool.close()

@@ -31,7 +31,7 @@ def cases():
     return [c for c in bench.build_cases(bench.DEFAULT_DATA, None) if c.label is not None]
 
 
-def test_the_cases_cover_every_form_of_the_issue(cases):
+def test_the_cases_cover_every_answer_form_both_ways(cases):
     forms = Counter((c.form, c.label) for c in cases if c.form)
     for form in ("mixed", "repeating", "union", "inequality", "or_list"):
         assert forms[(form, 1)] > 0 and forms[(form, 0)] > 0, form

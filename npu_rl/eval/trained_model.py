@@ -6,7 +6,7 @@ import re
 from pathlib import Path
 
 from ..errors import UserError
-from ..launcher.paths import checkpoint_root, latest_step, merged_model_dir
+from ..launcher.run_files import checkpoint_root, latest_step, merged_model_dir
 from ..recipe.schema import Recipe
 
 _STEP_DIR = re.compile(r"global_step_(\d+)$")

@@ -40,6 +40,8 @@ class _Worker:
         to_child_r, to_child_w = os.pipe()
         from_child_r, from_child_w = os.pipe()
         env = dict(os.environ)
+        # The worker uses neither verl nor torch: the run's verl patches have nothing to do there.
+        env.pop("NPU_RL_PATCHES", None)
         env["PYTHONPATH"] = os.pathsep.join(p for p in (_PACKAGE_PARENT, env.get("PYTHONPATH")) if p)
         try:
             self.proc = subprocess.Popen(

@@ -1,0 +1,29 @@
+"""Defaults that the CLI, the cluster code and the renderers must agree on, in one place.
+
+A rendered Kubernetes job passes some of them back to `npu-rl ray` as flags, so a
+value changed here changes both sides at once.
+"""
+
+from __future__ import annotations
+
+# Ray's GCS port on the head (Ray's own default); `NPU_RL_RAY_PORT` overrides it for `npu-rl ray`.
+RAY_PORT = 6379
+RAY_PORT_ENV = "NPU_RL_RAY_PORT"
+
+# How long the head waits for every node to join, and a worker keeps trying to join: a
+# gang-scheduled job's pods can start many minutes apart (image pulls on 16 nodes).
+NODES_TIMEOUT_S = 1800
+# `npu-rl ray wait` on its own (a quick check that the cluster is complete).
+RAY_WAIT_TIMEOUT_S = 600
+RAY_START_TIMEOUT_S = 180  # for `ray start` to come up
+HEAD_LOST_AFTER_S = 30  # a worker exits once the head has been unreachable this long
+PROBE_INTERVAL_S = 2  # between a worker's probes of the head
+MAX_BACKOFF_S = 15  # the longest pause between a worker's join attempts
+
+# `npu-rl render k8s`
+K8S_TARGETS = ("volcano", "kuberay")
+K8S_TARGET = "volcano"
+K8S_QUEUE = "default"  # Volcano queue
+K8S_PVC = "npu-rl-workspace"  # ReadWriteMany claim with models, data, checkpoints, logs
+K8S_SHM_SIZE = "64Gi"  # memory-backed /dev/shm: Ray's object store and HCCL buffers
+K8S_MAX_RETRY = 3  # job restarts on pod failure or eviction

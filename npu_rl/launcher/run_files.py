@@ -1,0 +1,133 @@
+"""Where a run's files go, derived from the recipe and the workspace."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+from ..paths import workspace
+from ..recipe.schema import Recipe
+
+
+def resolve(path: str | Path) -> Path:
+    p = Path(path).expanduser()
+    return p if p.is_absolute() else workspace() / p
+
+
+def model_dir(recipe: Recipe) -> Path:
+    return resolve(recipe.model.path)
+
+
+def checkpoint_root(recipe: Recipe) -> Path:
+    """verl's trainer.default_local_dir: <checkpoint.dir>/<project>/<experiment>."""
+    return resolve(recipe.checkpoint.dir) / recipe.logging.project / recipe.logging.experiment
+
+
+def step_dir(recipe: Recipe, step: int) -> Path:
+    return checkpoint_root(recipe) / f"global_step_{step}"
+
+
+def merged_model_dir(recipe: Recipe, step: int) -> Path:
+    return step_dir(recipe, step) / "actor" / "huggingface"
+
+
+def log_root(recipe: Recipe) -> Path:
+    return resolve(recipe.logging.dir) / recipe.logging.project / recipe.logging.experiment
+
+
+def tensorboard_dir(recipe: Recipe) -> Path:
+    return log_root(recipe) / "tensorboard"
+
+
+def swanlab_dir(recipe: Recipe) -> Path:
+    return log_root(recipe) / "swanlab"
+
+
+def metrics_file(recipe: Recipe, start_step: int = 0) -> Path:
+    """verl's `file` logger truncates its file when it opens it, so each resumed
+    segment of a run writes its own file (the report reads them all)."""
+    return log_root(recipe) / f"metrics-from-step-{start_step}.jsonl"
+
+
+# verl 0.6.1 FSDPCheckpointManager.save_checkpoint writes one file of each kind per rank
+# (``<kind>_world_size_<W>_rank_<r>.pt``); RayPPOTrainer._save_checkpoint then writes the
+# dataloader state (``data.pt``) and, last, ``latest_checkpointed_iteration.txt``.
+SHARD_KINDS = ("model", "optim", "extra_state")
+MARKER = "latest_checkpointed_iteration.txt"
+_STEP = re.compile(r"global_step_(\d+)")
+
+
+def _marker(recipe: Recipe) -> int | None:
+    marker = checkpoint_root(recipe) / MARKER
+    text = marker.read_text().strip() if marker.is_file() else ""
+    return int(text) if text.isdigit() else None
+
+
+def checkpoint_problem(recipe: Recipe, step: int) -> str | None:
+    """Why ``global_step_<step>`` cannot be resumed from or merged (None: it is complete)."""
+    d = step_dir(recipe, step)
+    actor = d / "actor"
+    if not actor.is_dir():
+        return "no actor/ directory"
+    if recipe.actor.strategy == "megatron":
+        if not any(p.name != "huggingface" for p in actor.iterdir()):
+            return "actor/ holds no checkpoint"
+    else:
+        world = recipe.resources.world_size
+        shards = [actor / f"{kind}_world_size_{world}_rank_{r}.pt" for kind in SHARD_KINDS for r in range(world)]
+        missing = [p.name for p in shards if not p.is_file() or p.stat().st_size == 0]
+        if missing:
+            return f"{len(missing)} shard(s) missing or empty, e.g. actor/{missing[0]}"
+    if not (d / "data.pt").is_file():
+        return "no data.pt (the save did not finish)"
+    marker = _marker(recipe)
+    if marker is not None and step > marker:
+        return f"newer than {MARKER} ({marker}): the save did not finish"
+    return None
+
+
+def checkpoints(recipe: Recipe) -> list[tuple[int, str | None]]:
+    """Every ``global_step_N`` directory of the run, oldest first, with its problem (None: complete)."""
+    root = checkpoint_root(recipe)
+    if not root.is_dir():
+        return []
+    steps = sorted(int(m.group(1)) for d in root.iterdir() if (m := _STEP.fullmatch(d.name)) and d.is_dir())
+    return [(s, checkpoint_problem(recipe, s)) for s in steps]
+
+
+def saved_steps(recipe: Recipe) -> list[int]:
+    """The complete checkpoints, oldest first."""
+    return [s for s, problem in checkpoints(recipe) if problem is None]
+
+
+def latest_step(recipe: Recipe) -> int | None:
+    """The newest complete checkpoint: what a resume, a merge and an eval use."""
+    steps = saved_steps(recipe)
+    return steps[-1] if steps else None
+
+
+def damaged_steps(recipe: Recipe) -> list[tuple[int, str]]:
+    """Checkpoints newer than the newest complete one, which verl's own resume would pick or trip on."""
+    found = checkpoints(recipe)
+    latest = max((s for s, p in found if p is None), default=0)
+    return [(s, p) for s, p in found if p is not None and s > latest]
+
+
+def rotate_checkpoints(recipe: Recipe) -> list[int]:
+    """Keep the newest ``checkpoint.max_to_keep`` complete checkpoints; returns the steps removed.
+
+    verl rotates only what one process saved, so every resume left the previous segment's
+    checkpoints (and data.pt husks of rotated ones) behind. Older directories beyond the limit
+    and incomplete ones older than the newest complete checkpoint go; newer ones are left to verl.
+    """
+    import shutil
+
+    keep = recipe.checkpoint.max_to_keep
+    complete = saved_steps(recipe)
+    if keep is None or not complete:
+        return []
+    kept = set(complete[-keep:])
+    removed = [s for s, _ in checkpoints(recipe) if s not in kept and s < complete[-1]]
+    for s in removed:
+        shutil.rmtree(step_dir(recipe, s), ignore_errors=True)
+    return removed
