@@ -10,7 +10,7 @@ EVAL_VENV ?= .venv-eval
 EVAL_STAMP := $(EVAL_VENV)/.installed
 PYTEST_ARGS ?=
 
-.PHONY: all venv demo test test-fast lint render clean help eval-venv lock image-cpu
+.PHONY: all venv demo test test-fast lint render clean help eval-venv lock image-cpu npu-stack
 
 help:
 	@echo "make demo   - tiny Qwen2 GRPO on CPU: model, data, train (Ray), merge, eval, report"
@@ -18,6 +18,7 @@ help:
 	@echo "make render - re-render compose/ and k8s/ from the recipes"
 	@echo "make venv   - only create $(VENV) with the pinned CPU environment"
 	@echo "make image-cpu - build the CPU image (Docker or podman) from configs/locks/cpu.txt"
+	@echo "make npu-stack - the Ascend images' locked Python set in .venv-npu (tests/envs/test_npu_stack.py)"
 	@echo "make lock   - regenerate configs/locks/ (uv) from configs/versions.yaml and pyproject.toml"
 	@echo "make eval-venv - OpenCompass 0.5.4 in its own environment ($(EVAL_VENV)) for npu-rl eval --backend opencompass"
 
@@ -49,7 +50,7 @@ render: $(STAMP)
 	$(BIN)/npu-rl render all
 
 clean:
-	rm -rf $(VENV) $(EVAL_VENV) workspace .pytest_cache
+	rm -rf $(VENV) $(EVAL_VENV) $(NPU_VENV) workspace .pytest_cache
 
 # OpenCompass (`npu-rl eval --backend opencompass` and its test) in its own environment:
 # opencompass 0.5.4 needs datasets<4 (training's .venv has datasets 5). npu-rl finds
@@ -68,6 +69,22 @@ $(EVAL_STAMP): $(LOCKS)/eval.txt
 # when there is no Docker; on a stand-in base when python:3.11-slim-bookworm cannot be pulled.
 image-cpu: $(STAMP)
 	$(BIN)/npu-rl image build --variant cpu
+
+# The Ascend images' Python layer, built here as docker/Dockerfile builds it (tests/envs/test_npu_stack.py):
+# the base image's torch/torchvision (PyPI builds stand in), then the npu lock as it is, then npu-rl.
+NPU_VENV ?= .venv-npu
+NPU_STAMP := $(NPU_VENV)/.installed
+npu-stack: $(NPU_STAMP)
+
+$(NPU_STAMP): $(LOCKS)/npu.txt pyproject.toml | $(STAMP)
+	$(PYTHON) -m venv $(NPU_VENV)
+	$(NPU_VENV)/bin/python -m pip install -q --upgrade pip
+	$(NPU_VENV)/bin/python -m pip install --progress-bar off \
+		"torch==$$($(BIN)/python -m npu_rl.versions get ascend.torch)" \
+		"torchvision==$$($(BIN)/python -m npu_rl.versions get ascend.torchvision)"
+	$(NPU_VENV)/bin/python -m pip install --progress-bar off --no-deps --require-hashes -r $(LOCKS)/npu.txt
+	$(NPU_VENV)/bin/python -m pip install -q --no-deps -e .
+	touch $@
 
 # Regenerate every lock from configs/versions.yaml and pyproject.toml (uv; tests/envs fails on a stale one).
 lock: $(STAMP)

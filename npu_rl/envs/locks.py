@@ -240,8 +240,9 @@ def _drop_provided(packages: list[Locked], provided: tuple[str, ...]) -> list[Lo
     while changed:
         changed = False
         for p in packages:
+            # `-r`: asked for directly; `-c`: only a constraint, which asks for nothing.
             vias = {canonicalize_name(v.split("[")[0]) for v in p.via if not v.startswith("-")}
-            roots = [v for v in p.via if v.startswith("-")]
+            roots = [v for v in p.via if v.startswith("-r")]
             if p.name not in dropped and vias and not roots and vias <= dropped:
                 dropped.add(p.name)
                 changed = True
@@ -262,11 +263,12 @@ def compile_lock(env: Env, *, log=print) -> Path:
         constraints = list(env.constraints)
         if env.after:
             constraints += [f"{p.name}=={p.version}" for p in read(get(env.after)) if not p.marker]
+        # Relative names: uv writes them into the `# via` lines, which must not change per run.
         cfile = Path(tmp) / "constraints.txt"
         cfile.write_text("\n".join(constraints) + "\n", encoding="utf-8")
         out = Path(tmp) / "lock.txt"
-        cmd = [_uv(), "pip", "compile", "-", "--output-file", str(out), "--python-version", PYTHON,
-               "--generate-hashes", "--no-header", "--constraint", str(cfile),
+        cmd = [_uv(), "pip", "compile", "-", "--output-file", out.name, "--python-version", PYTHON,
+               "--generate-hashes", "--no-header", "--constraint", cfile.name,
                "--exclude-newer", str(versions.get("tools.lock_exclude_newer"))]
         cmd += ["--python-platform", env.platform] if env.platform else ["--universal"]
         if env.torch_index:
@@ -280,7 +282,7 @@ def compile_lock(env: Env, *, log=print) -> Path:
             f"({env.platform or 'universal'}, python {PYTHON})")
         env_vars = {**os.environ, "UV_NO_CONFIG": "1"}
         proc = subprocess.run(cmd, input="\n".join(env.requirements) + "\n", text=True, capture_output=True,
-                              env=env_vars)
+                              env=env_vars, cwd=tmp)
         if proc.returncode != 0:
             raise RuntimeError(f"uv could not lock {env.name}:\n{proc.stderr.strip()}")
         packages = _drop_provided(parse(out.read_text(encoding="utf-8")), env.provided)

@@ -42,9 +42,8 @@ DATASET_LABELS = {DATASET_ABBR: "MATH-lighteval"}
 # PATH (the eval image), then the checkout's eval environment.
 EXECUTABLE_ENV = "NPU_RL_OPENCOMPASS"
 EVAL_VENV = ".venv-eval"
-# The eval environment of a checkout (`make eval-venv`, CI): each package with its pin in
-# configs/versions.yaml. configs/eval/requirements.txt is this list printed by
-# `python -m npu_rl.eval.opencompass requirements` (a test keeps the two equal).
+# The eval environment's own requirements, each with its pin in configs/versions.yaml: the
+# inputs of configs/locks/eval.txt (npu_rl.envs.locks), which `make eval-venv` installs.
 EVAL_REQUIREMENTS = (
     ("opencompass", "eval.opencompass"),
     # The CPU wheel in a checkout, as for training (the eval image keeps its torch_npu build).
@@ -350,29 +349,3 @@ def eval_requirements(pins: dict | None = None) -> list[str]:
         value = str(versions.get(key, pins))
         out.append(f"{name}{value if value[:1] in '<>=!~' else '==' + value}")
     return out
-
-
-def requirements_text(pins: dict | None = None) -> str:
-    return (
-        "# The eval environment (OpenCompass), apart from training's .venv: opencompass 0.5.4\n"
-        "# needs datasets<4. Generated from configs/versions.yaml by\n"
-        "#   python -m npu_rl.eval.opencompass requirements > configs/eval/requirements.txt\n"
-        "# `make eval-venv` installs it into .venv-eval; change a pin in versions.yaml, not here.\n"
-        + "\n".join(eval_requirements(pins))
-        + "\n"
-    )
-
-
-def main(argv: list[str] | None = None) -> int:
-    import sys
-
-    argv = list(sys.argv[1:] if argv is None else argv)
-    if argv == ["requirements"]:
-        sys.stdout.write(requirements_text())
-        return 0
-    print("usage: python -m npu_rl.eval.opencompass requirements", file=sys.stderr)
-    return 2
-
-
-if __name__ == "__main__":
-    raise SystemExit(main())

@@ -11,8 +11,9 @@ from pathlib import Path, PurePosixPath
 
 from jinja2 import Environment
 
+from ..demo import DEFAULT_STEPS
 from ..image.spec import build_args, spec
-from ..launcher import paths as run_paths
+from ..launcher import run_files
 from ..paths import workspace
 from ..platform.devices import CONTROL_DEVICES, HOST_MOUNTS
 from ..recipe import load_recipe
@@ -39,10 +40,10 @@ class Var:
 
 
 def variables(recipe: Recipe) -> list[Var]:
-    model_dir = _in_container(run_paths.model_dir(recipe))
+    model_dir = _in_container(run_files.model_dir(recipe))
     fallback = "download from the hub"
     if recipe.data.source_dir:
-        fallback = f"{_in_container(run_paths.resolve(recipe.data.source_dir))} if it exists, else {fallback}"
+        fallback = f"{_in_container(run_files.resolve(recipe.data.source_dir))} if it exists, else {fallback}"
     return [
         Var("NPU_RL_IMAGE", spec("a2").tag, "Ascend image of every NPU service (`npu-rl image build --variant a2`)"),
         Var("NPU_RL_EVAL_IMAGE", spec("a2", "eval").tag, "Ascend image with OpenCompass, for the eval service"),
@@ -52,6 +53,7 @@ def variables(recipe: Recipe) -> list[Var]:
         Var("NPU_DEVICE", "0", "Physical id N of the /dev/davinciN that NPU services get (see `npu-smi info`)"),
         Var("SHM_SIZE", DEFAULT_SHM, "Shared memory of NPU services (Ray's object store; `npu-rl doctor` checks it)"),
         Var("CPU_SHM_SIZE", CPU_SHM, "Shared memory of the cpu-demo service"),
+        Var("DEMO_STEPS", str(DEFAULT_STEPS), "GRPO steps of the cpu-demo service"),
         Var("MODEL_SOURCE", recipe.model.hub_id or "",
             f"What `prepare` fetches into {model_dir} when it is missing: a hub id or a local directory under "
             "/workspace (empty: the recipe's model.hub_id)"),
@@ -60,7 +62,7 @@ def variables(recipe: Recipe) -> list[Var]:
         Var("DASHBOARD_BIND", "127.0.0.1", "Host address of the TensorBoard, SwanLab and notebook ports"),
         Var("TENSORBOARD_PORT", "6006", "Host port of TensorBoard"),
         Var("SWANLAB_PORT", "5092", "Host port of the SwanLab dashboard"),
-        Var("NOTEBOOK_PORT", "8888", "Host port of JupyterLab"),
+        Var("NOTEBOOK_PORT", "8888", "Host port of JupyterLab (notebook and cpu-notebook)"),
     ]
 
 
@@ -97,8 +99,8 @@ def context() -> dict:
         "cpu_args": build_args("cpu"),
         "control_devices": [f"/dev/{d}" for d in CONTROL_DEVICES],
         "host_mounts": HOST_MOUNTS,
-        "tensorboard_dir": _in_container(run_paths.tensorboard_dir(recipe)),
-        "swanlab_dir": _in_container(run_paths.swanlab_dir(recipe)),
+        "tensorboard_dir": _in_container(run_files.tensorboard_dir(recipe)),
+        "swanlab_dir": _in_container(run_files.swanlab_dir(recipe)),
     }
 
 

@@ -4,10 +4,7 @@ from __future__ import annotations
 
 import os
 import shutil
-import socket
-import subprocess
 import sys
-import time
 import uuid
 from pathlib import Path
 
@@ -114,43 +111,26 @@ def fake_dist(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
     return install
 
 
-def _ping(sock: Path) -> bool:
-    try:
-        with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as s:
-            s.settimeout(2)
-            s.connect(str(sock))
-            s.sendall(b"GET /_ping HTTP/1.0\r\nHost: d\r\n\r\n")
-            return b"OK" in s.recv(4096)
-    except OSError:
-        return False
-
-
 @pytest.fixture(scope="session")
 def podman_api(tmp_path_factory: pytest.TempPathFactory):
-    """``unix://`` address of a ``podman system service`` that answers the Docker API."""
-    exe = require_tool("podman")
-    sock = Path("/tmp") / f"npu-rl-podman-{uuid.uuid4().hex[:8]}.sock"
+    """``unix://`` address of a ``podman system service`` that answers the Docker API, started by the
+    same code as ``npu-rl image build`` starts it (npu_rl.image.engine)."""
+    from npu_rl.errors import UserError
+    from npu_rl.image.engine import podman_service
+
+    require_tool("podman")
     state = tmp_path_factory.mktemp("podman")
-    log = state / "service.log"
     # Private image storage: the tests never touch the user's images, and cleanup is deleting `state`.
     storage = ["--root", str(state / "root"), "--runroot", str(state / "run"), "--storage-driver", "vfs"]
-    with open(log, "wb") as out:
-        proc = subprocess.Popen([exe, *storage, "system", "service", "--time=0", f"unix://{sock}"], stdout=out,
-                                stderr=subprocess.STDOUT, start_new_session=True)
-    deadline = time.monotonic() + 30
-    while time.monotonic() < deadline and proc.poll() is None and not _ping(sock):
-        time.sleep(0.2)
-    if proc.poll() is not None or not _ping(sock):
-        proc.kill()
-        tail = log.read_text(errors="replace").strip().splitlines()[-1:] or ["no output"]
-        skip_or_fail(f"podman API service did not start ({tail[0]})")
-    yield f"unix://{sock}"
-    proc.terminate()
+    service = podman_service(storage)
     try:
-        proc.wait(timeout=10)
-    except subprocess.TimeoutExpired:
-        proc.kill()
-    sock.unlink(missing_ok=True)
+        host = service.__enter__()
+    except UserError as err:
+        skip_or_fail(str(err))
+    try:
+        yield host
+    finally:
+        service.__exit__(None, None, None)
 
 
 @pytest.fixture

@@ -67,8 +67,12 @@ def test_docker_compose_config_accepts_it(require):
 
 def test_services(compose):
     assert set(compose["services"]) == {"prepare", "train-qwen", "merge", "eval", "tensorboard", "swanlab",
-                                        "notebook", "cpu-demo"}
+                                        "notebook", "cpu-demo", "cpu-notebook"}
     assert compose["services"]["cpu-demo"]["profiles"] == ["cpu"]
+    assert compose["services"]["cpu-notebook"]["profiles"] == ["cpu"]
+    # Both notebook services open the shipped notebooks from the checkout.
+    for name in ("notebook", "cpu-notebook"):
+        assert "../notebooks:/workspace/notebooks" in compose["services"][name]["volumes"], name
 
 
 def test_no_service_is_privileged_and_npu_access_is_explicit(compose):

@@ -15,7 +15,6 @@ from pathlib import Path
 
 import pytest
 from eval_fixtures import write_recipe
-from packaging.requirements import Requirement
 
 from npu_rl.cli import main
 from npu_rl.errors import UserError
@@ -207,14 +206,6 @@ def test_find_executable_order(tmp_path, monkeypatch):
     monkeypatch.setenv(oc.EXECUTABLE_ENV, "no-such-command")
     with pytest.raises(UserError, match="not a command on PATH"):
         oc.find_executable(project_root=tmp_path)
-
-
-def test_eval_requirements_file_is_generated_from_the_pins():
-    text = (REPO / "configs" / "eval" / "requirements.txt").read_text(encoding="utf-8")
-    assert text == oc.requirements_text(), "regenerate: python -m npu_rl.eval.opencompass requirements"
-    lines = oc.eval_requirements()
-    assert "opencompass==0.5.4" in lines
-    assert all(Requirement(line) for line in lines)
 
 
 def _lighteval_parquet(path: Path, rows: list[dict]) -> None:
@@ -427,19 +418,19 @@ def test_opencompass_failing_model_is_one_error_line(tmp_path, tiny_models, comp
     assert not (tmp_path / "eval" / "eval_table.csv").exists()
 
 
-def test_eval_environment_satisfies_the_pins():
+def test_eval_environment_is_the_eval_lock():
+    """`make eval-venv` installs configs/locks/eval.txt as it is: every locked package at its pin."""
+    from npu_rl.envs import locks
+
     exe = _opencompass()
     python = Path(exe).with_name("python")
     if not python.is_file():
         pytest.skip(f"{exe} is not in a virtual environment")
-    names = [Requirement(line).name for line in oc.eval_requirements()]
+    locked = {p.name: p.version for p in locks.read(locks.get("eval")) if not p.marker}
     code = (
         "import json, sys; from importlib import metadata; "
         "print(json.dumps({n: metadata.version(n) for n in sys.argv[1:]}))"
     )
-    installed = json.loads(subprocess.run([str(python), "-c", code, *names], capture_output=True, text=True,
+    installed = json.loads(subprocess.run([str(python), "-c", code, *locked], capture_output=True, text=True,
                                           check=True).stdout)
-    for line in oc.eval_requirements():
-        req = Requirement(line)
-        version = installed[req.name].split("+")[0]
-        assert req.specifier.contains(version, prereleases=True), f"{req.name} {version} does not match {line}"
+    assert {n: v for n, v in installed.items() if locked[n] != v} == {}

@@ -1,0 +1,119 @@
+"""The locks under configs/locks/: fresh against their sources, consistent with them, and what .venv has."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+import sysconfig
+from importlib import metadata
+from pathlib import Path
+
+import pytest
+from packaging.requirements import Requirement
+from packaging.utils import canonicalize_name
+
+from npu_rl.envs import locks
+
+REPO = Path(__file__).resolve().parents[2]
+ENVS = sorted(locks.envs())
+# Marker environment of the CPU locks' platform (x86_64 Linux, Python 3.11).
+CPU_MARKERS = {"sys_platform": "linux", "platform_system": "Linux", "platform_machine": "x86_64",
+               "python_version": "3.11", "python_full_version": "3.11.7", "os_name": "posix",
+               "implementation_name": "cpython", "platform_python_implementation": "CPython", "extra": ""}
+AARCH64_MARKERS = {**CPU_MARKERS, "platform_machine": "aarch64"}
+
+
+@pytest.mark.parametrize("name", ENVS)
+def test_every_lock_is_fresh(name):
+    assert locks.stale(locks.get(name)) is None, "run `make lock`"
+
+
+def test_check_names_the_locks_a_moved_pin_makes_stale(tmp_path):
+    home = tmp_path / "home"
+    shutil.copytree(REPO / "configs", home / "configs")
+    shutil.copy(REPO / "pyproject.toml", home / "pyproject.toml")
+    pins = home / "configs" / "versions.yaml"
+    pins.write_text(pins.read_text().replace('pyarrow: "23.0.1"', 'pyarrow: "22.0.0"'))
+    out = subprocess.run([sys.executable, "-m", "npu_rl.envs.locks", "check"], capture_output=True, text=True,
+                         env={**os.environ, "NPU_RL_HOME": str(home)}, timeout=120)
+    assert out.returncode == 1
+    stale = {line.split()[2].split("/")[-1].rstrip(":") for line in out.stderr.splitlines()}
+    # pyarrow is pinned in the CPU and NPU sets and dev follows cpu; the eval sets pin it too.
+    assert stale == {"cpu.txt", "dev.txt", "eval.txt", "npu.txt", "npu-eval.txt"}, out.stderr
+    assert all(line.startswith("npu-rl: error: ") for line in out.stderr.splitlines())
+
+
+def _pins(env: locks.Env) -> dict[str, locks.Locked]:
+    return {p.name: p for p in locks.read(env)}
+
+
+@pytest.mark.parametrize("name", ENVS)
+def test_lock_satisfies_every_requirement_and_constraint(name):
+    env = locks.get(name)
+    pins = _pins(env)
+    provided = {canonicalize_name(p) for p in env.provided}
+    for markers in ([CPU_MARKERS] if env.platform else [CPU_MARKERS, AARCH64_MARKERS]):
+        # A requirement must be in the lock; a constraint only binds what is there.
+        for line, required in [*((r, True) for r in env.requirements), *((c, False) for c in env.constraints)]:
+            req = Requirement(line)
+            if req.marker and not req.marker.evaluate(markers):
+                continue
+            key = canonicalize_name(req.name)
+            if key in provided:
+                assert key not in pins, f"{req.name} is the base image's and must not be in {name}.txt"
+                continue
+            if not required and key not in pins:
+                continue
+            assert key in pins, f"{name}.txt lacks {req.name}"
+            assert req.specifier.contains(pins[key].version, prereleases=True), (line, pins[key].version)
+
+
+@pytest.mark.parametrize("name", ENVS)
+def test_every_package_is_pinned_with_hashes(name):
+    for p in locks.read(locks.get(name)):
+        assert "--hash=sha256:" in p.text, p.name
+
+
+@pytest.mark.parametrize("name", ["npu", "npu-eval"])
+def test_ascend_locks_leave_the_base_image_packages_out(name):
+    pins = _pins(locks.get(name))
+    for base in ("torch", "torch-npu", "torchvision", "triton"):
+        assert base not in pins
+    assert not [p for p in pins if p.startswith("nvidia-cu")], "torch's CUDA wheels came in with it"
+    # numpy and pyarrow, the pair that must import together (the NPU stack test imports them).
+    assert pins["numpy"].version.startswith("1.")
+    assert pins["pyarrow"].version == str(locks.versions.get("common.pyarrow"))
+
+
+def test_dropping_provided_packages_keeps_what_others_need():
+    text = "\n".join([
+        "torch==2.5.1 \\", "    --hash=sha256:aa", "    # via -r -",
+        "nvidia-cublas-cu12==12.4.5.8 \\", "    --hash=sha256:bb", "    # via", "    #   nvidia-cudnn-cu12",
+        "    #   torch",
+        "nvidia-cudnn-cu12==9.1.0.70 \\", "    --hash=sha256:cc", "    # via torch",
+        "sympy==1.13.1 \\", "    --hash=sha256:dd", "    # via", "    #   -r -", "    #   torch",
+        "filelock==3.0 \\", "    --hash=sha256:ee", "    # via", "    #   datasets", "    #   torch",
+        "datasets==5.0.1 \\", "    --hash=sha256:ff", "    # via -r -",
+    ])
+    kept = [p.name for p in locks._drop_provided(locks.parse(text), ("torch",))]
+    assert kept == ["sympy", "filelock", "datasets"]
+
+
+def test_the_venv_is_installed_from_the_cpu_and_dev_locks():
+    """`make venv` installs the locks as they are: every locked package is there at its pin."""
+    if Path(sys.prefix).name != ".venv":
+        pytest.skip("not the checkout's .venv")
+    # The venv's own site-packages: Ray puts its vendored copies (psutil, ...) on sys.path once imported.
+    site = [sysconfig.get_paths()["purelib"]]
+    installed = {canonicalize_name(d.metadata["Name"]): d.version for d in metadata.distributions(path=site)}
+    wrong = []
+    for name in ("cpu", "dev"):
+        for p in locks.read(locks.get(name)):
+            if p.marker and not Requirement(f"x; {p.marker}").marker.evaluate():
+                continue
+            have = installed.get(p.name)
+            if have != p.version:
+                wrong.append(f"{p.name}: locked {p.version}, installed {have}")
+    assert not wrong, wrong[:10]
