@@ -19,6 +19,7 @@ COMMAND_MODULES = [
     "npu_rl.commands.merge",
     "npu_rl.commands.eval",
     "npu_rl.commands.report",
+    "npu_rl.commands.dashboard",
     "npu_rl.commands.model",
     "npu_rl.commands.data",
     "npu_rl.commands.prepare",

@@ -105,6 +105,7 @@ def npu_constraints() -> list[str]:
         _pin("pyarrow", "common.pyarrow"),
         _pin("datasets", "common.datasets"),
         _pin("tensorboard", "dashboards.tensorboard"),
+        _pin("peewee", "dashboards.peewee"),
         _pin("math-verify", "reward.math_verify"),
         _pin("antlr4-python3-runtime", "reward.antlr4_python3_runtime"),
     ]
@@ -123,11 +124,12 @@ def envs() -> dict[str, Env]:
     from ..eval.opencompass import eval_requirements
 
     provided = ("torch", "torch-npu", "torchvision")
-    cpu_notebook = [_pin("jupyterlab", "dashboards.jupyterlab")]
+    cpu_extras = [_pin("jupyterlab", "dashboards.jupyterlab"), _pin("swanlab", "dashboards.swanlab"),
+                  _pin("peewee", "dashboards.peewee")]
     items = [
         Env("cpu", "the CPU training environment: .venv (`make venv`) and the CPU image",
-            tuple(project_requirements("train", "notebook")),
-            tuple(versions.cpu_constraints() + cpu_notebook), CPU_PLATFORM,
+            tuple(project_requirements("train", "dashboards", "notebook")),
+            tuple(versions.cpu_constraints() + cpu_extras), CPU_PLATFORM,
             torch_index=str(versions.get("cpu.torch_index_url"))),
         Env("dev", "the test and ops tools, installed into .venv on top of the cpu lock",
             tuple(project_requirements("ops", "dev")), tuple(versions.cpu_constraints() + [_pin("uv", "tools.uv")]),

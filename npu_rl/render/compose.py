@@ -99,8 +99,7 @@ def context() -> dict:
         "cpu_args": build_args("cpu"),
         "control_devices": [f"/dev/{d}" for d in CONTROL_DEVICES],
         "host_mounts": HOST_MOUNTS,
-        "tensorboard_dir": _in_container(run_files.tensorboard_dir(recipe)),
-        "swanlab_dir": _in_container(run_files.swanlab_dir(recipe)),
+        "run_dir": _in_container(run_files.log_root(recipe)),
     }
 
 

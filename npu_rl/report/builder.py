@@ -25,6 +25,8 @@ class Report:
     findings: list[Finding]
     notes: list[str] = field(default_factory=list)
     plots: list[Plot] = field(default_factory=list)
+    # {kind: url} of the dashboards serving this run when the report was built (none: no links).
+    dashboards: dict[str, str] = field(default_factory=dict)
     html: Path | None = None
     json: Path | None = None
     markdown: Path | None = None
@@ -37,14 +39,21 @@ class Report:
     def status(self) -> str:
         return STATUS[self.exit_code]
 
+    def links(self, metric: str) -> dict[str, str]:
+        from ..dashboards import chart_links
+
+        return chart_links(self.dashboards, metric)
+
     def to_markdown(self) -> str:
         lines = [f"# Training health: {self.status}", "", f"run: {self.run_dir}", ""]
         if self.findings:
             lines += ["| severity | rule | metric | step | value | finding | check |", "|---|---|---|---|---|---|---|"]
             for f in self.findings:
                 d = f.to_dict()
+                charts = " ".join(f"[{name}]({url})" for name, url in self.links(f.metric).items())
+                metric = f"{f.metric} {charts}" if charts else f.metric
                 lines.append(
-                    f"| {f.severity} | {f.rule} | {f.metric} | {f.step} | {d['value_text']} | {f.message} | {f.check} |"
+                    f"| {f.severity} | {f.rule} | {metric} | {f.step} | {d['value_text']} | {f.message} | {f.check} |"
                 )
         else:
             lines.append("No findings: every rule passed.")
@@ -115,7 +124,9 @@ def build_report(
     findings = apply_rules(ctx)
     out = Path(out_dir) if out_dir else run_dir / "report"
     out.mkdir(parents=True, exist_ok=True)
-    report = Report(run_dir=run_dir, out_dir=out, findings=findings, notes=notes(ctx))
+    from ..dashboards import running
+
+    report = Report(run_dir=run_dir, out_dir=out, findings=findings, notes=notes(ctx), dashboards=running(run_dir))
     report.plots = plot_run(series, findings, t, out / "plots")
 
     steps = sorted({int(s) for ser in series.values() for s in ser.steps})
@@ -131,6 +142,7 @@ def build_report(
                 "notes": report.notes,
                 "plots": [str(p.path) for p in report.plots],
                 "eval_table": str(table_path) if table_path else None,
+                "dashboards": report.dashboards,
             },
             indent=2,
         )
@@ -156,7 +168,7 @@ def _render_html(report: Report, steps: list[int], eval_md: str | None) -> str:
         n_points=len(steps),
         first_step=steps[0],
         last_step=steps[-1],
-        findings=[f.to_dict() for f in report.findings],
+        findings=[f.to_dict() | {"links": report.links(f.metric)} for f in report.findings],
         notes=report.notes,
         plots=plots,
         eval_markdown=eval_md,

@@ -130,10 +130,13 @@ def test_env_example_documents_every_variable():
 def test_npu_rl_commands_are_valid_cli_calls(compose):
     parser = build_parser()
     calls = [svc["command"] for svc in compose["services"].values() if svc.get("command", [""])[0] == "npu-rl"]
-    assert len(calls) == 4  # prepare, train, merge, eval
+    assert len(calls) == 6  # prepare, train, merge, eval, and the two dashboards
     for cmd in calls:
         args = parser.parse_args(cmd[1:])
-        load_recipe(args.recipe)
+        if args.recipe:
+            load_recipe(args.recipe)
+        else:
+            assert args.command == "dashboard" and args.run
 
 
 def _interpolate(text: str, env: dict[str, str]) -> str:
@@ -168,8 +171,18 @@ def test_train_service_runs_the_a2_single_card_recipe(compose):
     recipe = load_recipe(TRAIN_RECIPE)
     assert recipe.resources.platform == "npu-a2" and recipe.resources.devices_per_node == 1
     assert compose["services"]["train-qwen"]["depends_on"]["prepare"]["condition"] == "service_completed_successfully"
-    # The dashboards read the run's own log directories.
-    tb = compose["services"]["tensorboard"]["command"]
-    assert tb[tb.index("--logdir") + 1].endswith(
-        f"{recipe.logging.project}/{recipe.logging.experiment}/tensorboard")
+    # The dashboards serve the run the train service writes, through `npu-rl dashboard` (the command
+    # tests/dashboards runs on a real run): the recipe's log root under the workspace volume.
+    from npu_rl.launcher import run_files
+
+    monkeypatch = pytest.MonkeyPatch()
+    monkeypatch.setenv("NPU_RL_WORKSPACE", "/workspace")
+    try:
+        expected = str(run_files.log_root(recipe))
+    finally:
+        monkeypatch.undo()
+    for kind in ("tensorboard", "swanlab"):
+        cmd = compose["services"][kind]["command"]
+        assert cmd[:2] == ["npu-rl", "dashboard"] and f"--{kind}" in cmd and "--wait" in cmd, cmd
+        assert cmd[cmd.index("--run") + 1] == expected
     assert compose["services"]["swanlab"]["environment"]["SWANLAB_MODE"] == "local"

@@ -1,0 +1,55 @@
+"""`npu-rl dashboard --run DIR | --recipe R [--tensorboard] [--swanlab]`: the run's TensorBoard and SwanLab."""
+
+from __future__ import annotations
+
+import argparse
+import signal
+from pathlib import Path
+
+from . import options
+from .argtypes import port
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    from ..dashboards import DEFAULT_HOST, PORTS
+
+    p = sub.add_parser("dashboard", help="serve a run's TensorBoard and SwanLab (local) dashboards")
+    p.add_argument("--run", type=Path, help="run directory (default: the recipe's log root)")
+    options.add_recipe(p, required=False, help="the run's recipe (instead of --run)")
+    p.add_argument("--tensorboard", action="store_true", help="serve TensorBoard (default: both)")
+    p.add_argument("--swanlab", action="store_true", help="serve SwanLab's local dashboard (default: both)")
+    p.add_argument("--host", default=DEFAULT_HOST,
+                   help=f"address to bind (default {DEFAULT_HOST}; 0.0.0.0 inside a container)")
+    p.add_argument("--wait", action="store_true",
+                   help="wait for the run's log folders to appear instead of failing (compose services)")
+    p.add_argument("--tensorboard-port", type=port, default=PORTS["tensorboard"])
+    p.add_argument("--swanlab-port", type=port, default=PORTS["swanlab"])
+    p.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    from ..dashboards import KINDS, plan, serve, wait_for_logs
+    from ..errors import UserError
+    from ..launcher.run_files import log_root
+
+    if args.run is None and args.recipe is None:
+        raise UserError("give --run DIR, or --recipe R to serve that recipe's run")
+    run_dir = (args.run or log_root(options.load(args))).resolve()
+    kinds = tuple(k for k in KINDS if getattr(args, k)) or KINDS
+    if args.wait:
+        wait_for_logs(run_dir, kinds)
+    dashboards = plan(run_dir, kinds, args.host, {"tensorboard": args.tensorboard_port,
+                                                  "swanlab": args.swanlab_port})
+    # A stop (SIGTERM from compose or a scheduler) ends the servers too: the block's cleanup runs.
+    signal.signal(signal.SIGTERM, _stop)
+    try:
+        with serve(run_dir, dashboards):
+            print("serving until stopped (Ctrl-C)", flush=True)
+            signal.pause()
+    except KeyboardInterrupt:
+        pass
+    return 0
+
+
+def _stop(signum, frame) -> None:
+    raise KeyboardInterrupt
