@@ -84,9 +84,16 @@ def wait_for_logs(run_dir: Path, kinds: tuple[str, ...], *, log=print, poll: flo
 
 
 def plan(run_dir: Path, kinds: tuple[str, ...], host: str, ports: dict[str, int]) -> list[Dashboard]:
-    """The dashboards to serve for ``run_dir``; a missing log folder is the user's error, said first."""
+    """The dashboards to serve for ``run_dir`` (``kinds`` empty: each whose logs are there); a missing
+    log folder or a busy port is the user's error, said before anything starts."""
+    from .cluster.probe import port_free
+
     if not run_dir.is_dir():
         raise UserError(f"run directory not found: {run_dir}")
+    if not kinds:
+        kinds = tuple(k for k in KINDS if logdir(run_dir, k).is_dir())
+        if not kinds:
+            raise UserError(f"no tensorboard/ or swanlab/ logs under {run_dir}")
     out = []
     for kind in kinds:
         folder = logdir(run_dir, kind)
@@ -94,42 +101,50 @@ def plan(run_dir: Path, kinds: tuple[str, ...], host: str, ports: dict[str, int]
             backend = "tensorboard" if kind == "tensorboard" else "swanlab"
             raise UserError(f"no {kind} logs under {run_dir} (expected {folder}; train with logging.backends "
                             f"including {backend})")
-        out.append(Dashboard(kind, folder, host, ports.get(kind, PORTS[kind])))
+        d = Dashboard(kind, folder, host, ports.get(kind, PORTS[kind]))
+        if not port_free(d.port, host):
+            raise UserError(f"port {d.port} on {host} is in use: pick another with --{kind}-port")
+        out.append(d)
     return out
+
+
+# The dashboards are local: never ask them through an http_proxy the environment may name.
+_LOCAL = urllib.request.build_opener(urllib.request.ProxyHandler({}))
 
 
 def answers(url: str, timeout: float = 2.0) -> bool:
     try:
-        with urllib.request.urlopen(url, timeout=timeout) as r:
+        with _LOCAL.open(url, timeout=timeout) as r:
             return r.status == 200
     except (urllib.error.URLError, OSError, ValueError):
         return False
 
 
 @contextmanager
-def serve(run_dir: Path, dashboards: list[Dashboard], *, log=print, ready_timeout: float = 90) -> Iterator[list[Dashboard]]:
-    """Run the dashboards until the block ends; their state files name them meanwhile."""
+def serve(run_dir: Path, dashboards: list[Dashboard], *, log=print,
+          ready_timeout: float = 90) -> Iterator[list[subprocess.Popen]]:
+    """Run the dashboards until the block ends (yields their processes); state files name them meanwhile."""
     procs: list[subprocess.Popen] = []
     states = [state_file(run_dir, d.kind) for d in dashboards]
     try:
         for d in dashboards:
-            out = open(run_dir / f".{d.kind}.log", "wb")
+            try:
+                out = open(run_dir / f".{d.kind}.log", "wb")
+            except OSError as err:
+                raise UserError(f"cannot write into the run directory {run_dir}: {err.strerror}") from None
             procs.append(subprocess.Popen(d.command(), stdout=out, stderr=subprocess.STDOUT,
                                           start_new_session=True, env={**os.environ, "SWANLAB_MODE": "local"}))
         deadline = time.monotonic() + ready_timeout
         for d, proc in zip(dashboards, procs):
             while not answers(d.url) and proc.poll() is None and time.monotonic() < deadline:
                 time.sleep(0.5)
-            if not answers(d.url):
-                tail = (run_dir / f".{d.kind}.log").read_text(errors="replace").strip().splitlines()[-3:]
-                raise UserError(f"{d.kind} did not answer at {d.url}: {' | '.join(tail) or 'no output'}")
+            # Our own server must be the one answering (not another one on the port).
+            if proc.poll() is not None or not answers(d.url):
+                raise UserError(f"{d.kind} did not start at {d.url}: {log_tail(run_dir, d.kind)}")
             log(f"{d.kind:<11} {d.url}  ({d.logdir})")
         for d, state in zip(dashboards, states):
-            record = {"kind": d.kind, "url": d.url, "pid": os.getpid()}
-            if d.kind == "swanlab":
-                record["charts"] = swanlab_charts_url(d.url)
-            state.write_text(json.dumps(record, indent=2), encoding="utf-8")
-        yield dashboards
+            state.write_text(json.dumps({"kind": d.kind, "url": d.url}, indent=2), encoding="utf-8")
+        yield procs
     finally:
         for state in states:
             state.unlink(missing_ok=True)
@@ -143,10 +158,18 @@ def serve(run_dir: Path, dashboards: list[Dashboard], *, log=print, ready_timeou
                 os.killpg(proc.pid, signal.SIGKILL)
 
 
+def log_tail(run_dir: Path, kind: str, lines: int = 3) -> str:
+    try:
+        tail = (run_dir / f".{kind}.log").read_text(errors="replace").strip().splitlines()[-lines:]
+    except OSError:
+        tail = []
+    return " | ".join(tail) or "no output"
+
+
 def swanlab_charts_url(url: str) -> str:
     """The charts page of the newest experiment SwanLab lists (its web app's /experiment/<id>/chart)."""
     try:
-        with urllib.request.urlopen(f"{url}api/v1/project", timeout=5) as r:
+        with _LOCAL.open(f"{url}api/v1/project", timeout=5) as r:
             experiments = json.load(r)["data"]["experiments"]
         newest = max(experiments, key=lambda e: e["id"])
         return f"{url}experiment/{newest['id']}/chart"
@@ -165,8 +188,9 @@ def running(run_dir: Path) -> dict[str, str]:
         url = record.get("url") if isinstance(record, dict) else None
         if isinstance(url, str) and answers(url, timeout=1):
             up[kind] = url
-            if isinstance(record.get("charts"), str):
-                up[f"{kind}_charts"] = record["charts"]
+            if kind == "swanlab":
+                # Asked now, not at start: a dashboard started before the run's first step has none yet.
+                up["swanlab_charts"] = swanlab_charts_url(url)
     return up
 
 

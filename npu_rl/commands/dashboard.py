@@ -28,28 +28,31 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from ..dashboards import KINDS, plan, serve, wait_for_logs
+    import time
+
+    from ..cluster import proctree
+    from ..dashboards import KINDS, log_tail, plan, serve, wait_for_logs
     from ..errors import UserError
     from ..launcher.run_files import log_root
 
     if args.run is None and args.recipe is None:
         raise UserError("give --run DIR, or --recipe R to serve that recipe's run")
+    if args.run is not None and args.recipe is not None:
+        raise UserError("give --run DIR or --recipe R, not both")
     run_dir = (args.run or log_root(options.load(args))).resolve()
-    kinds = tuple(k for k in KINDS if getattr(args, k)) or KINDS
-    if args.wait:
-        wait_for_logs(run_dir, kinds)
-    dashboards = plan(run_dir, kinds, args.host, {"tensorboard": args.tensorboard_port,
-                                                  "swanlab": args.swanlab_port})
-    # A stop (SIGTERM from compose or a scheduler) ends the servers too: the block's cleanup runs.
-    signal.signal(signal.SIGTERM, _stop)
+    kinds = tuple(k for k in KINDS if getattr(args, k))
+    ports = {"tensorboard": args.tensorboard_port, "swanlab": args.swanlab_port}
+    # A stop (SIGTERM from compose or a scheduler, Ctrl-C) ends the servers too, waiting included.
     try:
-        with serve(run_dir, dashboards):
-            print("serving until stopped (Ctrl-C)", flush=True)
-            signal.pause()
-    except KeyboardInterrupt:
-        pass
-    return 0
-
-
-def _stop(signum, frame) -> None:
-    raise KeyboardInterrupt
+        with proctree.signals_raise():
+            if args.wait:
+                wait_for_logs(run_dir, kinds or KINDS)
+            dashboards = plan(run_dir, kinds, args.host, ports)
+            with serve(run_dir, dashboards) as procs:
+                print("serving until stopped (Ctrl-C)", flush=True)
+                while all(p.poll() is None for p in procs):
+                    time.sleep(1)
+                d, p = next((d, p) for d, p in zip(dashboards, procs) if p.poll() is not None)
+                raise UserError(f"{d.kind} exited with code {p.returncode}: {log_tail(run_dir, d.kind)}")
+    except proctree.Terminated as stop:
+        return stop.exit_code

@@ -28,10 +28,17 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def _build(args: argparse.Namespace) -> int:
+    from ..cluster import proctree
     from ..image.build import build_variant
 
-    built = build_variant(args.variant, root=project_root(), target=args.target, tag=args.tag, push=args.push,
-                          host=args.host, nocache=args.no_cache, verbose=args.verbose, base_image=args.base_image)
+    # A stop ends what the build started (the podman service, mmdebstrap) through their cleanup.
+    try:
+        with proctree.signals_raise():
+            built = build_variant(args.variant, root=project_root(), target=args.target, tag=args.tag,
+                                  push=args.push, host=args.host, nocache=args.no_cache, verbose=args.verbose,
+                                  base_image=args.base_image)
+    except proctree.Terminated as stop:
+        return stop.exit_code
     print(f"built {built.tag} on {built.base}: {built.size_bytes / 1e9:.2f} GB in {built.seconds:.0f} s"
           + (" and pushed it" if args.push else ""))
     return 0

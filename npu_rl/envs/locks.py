@@ -66,13 +66,8 @@ class Env:
         return project_root() / LOCK_DIR / f"{self.name}.txt"
 
 
-def _spec(value) -> str:
-    value = str(value)
-    return value if value[:1] in "<>=!~" else f"=={value}"
-
-
 def _pin(name: str, key: str) -> str:
-    return f"{name}{_spec(versions.get(key))}"
+    return f"{name}{versions.pin_spec(versions.get(key))}"
 
 
 @lru_cache(maxsize=None)
@@ -115,7 +110,7 @@ def _npu_requirements() -> list[str]:
     reqs = project_requirements("train")
     reqs += [f"verl=={versions.get('verl.version')}", *versions.get("ascend.verl_npu_requirements"),
              _pin("megatron-core", "ascend.megatron_core"),
-             f"swanlab[dashboard]{_spec(versions.get('dashboards.swanlab'))}",
+             f"swanlab[dashboard]{versions.pin_spec(versions.get('dashboards.swanlab'))}",
              _pin("jupyterlab", "dashboards.jupyterlab")]
     return list(dict.fromkeys(reqs))
 
@@ -255,12 +250,23 @@ def _drop_provided(packages: list[Locked], provided: tuple[str, ...]) -> list[Lo
 
 
 def _uv() -> str:
+    """The uv of this environment (the dev lock's), which must be the pinned one: it is in the digest."""
+    import shutil
+
     exe = Path(sys.executable).parent / "uv"
-    return str(exe) if exe.is_file() else "uv"
+    found = str(exe) if exe.is_file() else shutil.which("uv")
+    if not found:
+        raise RuntimeError("uv is not installed: pip install 'uv==%s' (it is in the dev lock)" % versions.get("tools.uv"))
+    out = subprocess.run([found, "--version"], capture_output=True, text=True).stdout.split()
+    if out[1:2] != [str(versions.get("tools.uv"))]:
+        raise RuntimeError(f"{found} is {' '.join(out) or 'unknown'}, the locks are made with uv "
+                           f"{versions.get('tools.uv')} (tools.uv)")
+    return found
 
 
 def compile_lock(env: Env, *, log=print) -> Path:
     """Resolve ``env`` with uv and write its lock; returns the path."""
+    uv = _uv()
     with tempfile.TemporaryDirectory() as tmp:
         constraints = list(env.constraints)
         if env.after:
@@ -269,7 +275,7 @@ def compile_lock(env: Env, *, log=print) -> Path:
         cfile = Path(tmp) / "constraints.txt"
         cfile.write_text("\n".join(constraints) + "\n", encoding="utf-8")
         out = Path(tmp) / "lock.txt"
-        cmd = [_uv(), "pip", "compile", "-", "--output-file", out.name, "--python-version", PYTHON,
+        cmd = [uv, "pip", "compile", "-", "--output-file", out.name, "--python-version", PYTHON,
                "--generate-hashes", "--no-header", "--constraint", cfile.name,
                "--exclude-newer", str(versions.get("tools.lock_exclude_newer"))]
         cmd += ["--python-platform", env.platform] if env.platform else ["--universal"]

@@ -347,5 +347,5 @@ def eval_requirements(pins: dict | None = None) -> list[str]:
     out = []
     for name, key in EVAL_REQUIREMENTS:
         value = str(versions.get(key, pins))
-        out.append(f"{name}{value if value[:1] in '<>=!~' else '==' + value}")
+        out.append(f"{name}{versions.pin_spec(value)}")
     return out

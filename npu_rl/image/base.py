@@ -70,11 +70,15 @@ def make_standin(client: Any, *, log=print) -> str:
                                 text=True)
         tail: list[str] = []
         assert proc.stdout is not None
-        for line in proc.stdout:
-            line = line.rstrip()
-            tail = (tail + [line])[-20:]
-            if line.startswith("I: "):  # mmdebstrap's progress lines
-                log(f"base: {line[3:]}")
+        try:
+            for line in proc.stdout:
+                line = line.rstrip()
+                tail = (tail + [line])[-20:]
+                if line.startswith("I: "):  # mmdebstrap's progress lines
+                    log(f"base: {line[3:]}")
+        finally:
+            if proc.poll() is None and tail and not tail[-1].startswith("I: success"):
+                proc.terminate()  # stopped (SIGTERM) or failed while reading: no half-made rootfs left running
         if proc.wait() != 0:
             print("\n".join(tail), file=sys.stderr)
             raise UserError(f"mmdebstrap failed (exit {proc.returncode}) making the {default_base()} stand-in")

@@ -82,8 +82,12 @@ def connect(host: str) -> Any:
 
 def containers_conf(directory: Path) -> Path:
     """A containers.conf with ulimits the host allows and the runc runtime when installed."""
-    nofile = min(NOFILE, resource.getrlimit(resource.RLIMIT_NOFILE)[1])
-    nproc = min(NPROC, resource.getrlimit(resource.RLIMIT_NPROC)[1])
+    def capped(limit: int, kind: int) -> int:
+        hard = resource.getrlimit(kind)[1]
+        return limit if hard == resource.RLIM_INFINITY else min(limit, hard)
+
+    nofile = capped(NOFILE, resource.RLIMIT_NOFILE)
+    nproc = capped(NPROC, resource.RLIMIT_NPROC)
     lines = ["[containers]", f'default_ulimits = ["nofile={nofile}:{nofile}", "nproc={nproc}:{nproc}"]']
     if shutil.which("runc"):
         lines += ["[engine]", 'runtime = "runc"']

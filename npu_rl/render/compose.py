@@ -11,6 +11,7 @@ from pathlib import Path, PurePosixPath
 
 from jinja2 import Environment
 
+from ..dashboards import PORTS as DASHBOARD_PORTS
 from ..demo import DEFAULT_STEPS
 from ..image.spec import build_args, spec
 from ..launcher import run_files
@@ -60,8 +61,8 @@ def variables(recipe: Recipe) -> list[Var]:
         Var("MATH_SOURCE", "",
             f"Directory under /workspace with the raw MATH-lighteval parquet files (empty: {fallback})"),
         Var("DASHBOARD_BIND", "127.0.0.1", "Host address of the TensorBoard, SwanLab and notebook ports"),
-        Var("TENSORBOARD_PORT", "6006", "Host port of TensorBoard"),
-        Var("SWANLAB_PORT", "5092", "Host port of the SwanLab dashboard"),
+        Var("TENSORBOARD_PORT", str(DASHBOARD_PORTS["tensorboard"]), "Host port of TensorBoard"),
+        Var("SWANLAB_PORT", str(DASHBOARD_PORTS["swanlab"]), "Host port of the SwanLab dashboard"),
         Var("NOTEBOOK_PORT", "8888", "Host port of JupyterLab (notebook and cpu-notebook)"),
     ]
 

@@ -16,7 +16,6 @@ import pytest
 
 from npu_rl.image.build import build_variant
 from npu_rl.image.engine import engine
-from npu_rl.image.spec import spec
 
 REPO = Path(__file__).resolve().parents[2]
 COMPOSE = REPO / "compose" / "docker-compose.yml"
@@ -31,7 +30,6 @@ def test_cpu_image_builds_and_runs_the_demo_through_compose(tmp_path, require, c
         require("podman")
     logs: list[str] = []
     built = build_variant("cpu", root=REPO, log=logs.append)
-    assert built.tag == spec("cpu").tag
     # The image is the locked set and the demo, not a second copy of either.
     assert 1e9 < built.size_bytes < 4.5e9, f"{built.size_bytes / 1e9:.2f} GB"
 
