@@ -67,7 +67,10 @@ def _executable(kind: str) -> str:
 
 
 def logdir(run_dir: Path, kind: str) -> Path:
-    return run_dir / kind
+    """The run's log folder that dashboard ``kind`` reads: where the launcher points that backend."""
+    from .launcher.run_files import backend_dir
+
+    return backend_dir(run_dir, kind)
 
 
 def state_file(run_dir: Path, kind: str) -> Path:

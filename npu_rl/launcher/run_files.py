@@ -35,12 +35,17 @@ def log_root(recipe: Recipe) -> Path:
     return resolve(recipe.logging.dir) / recipe.logging.project / recipe.logging.experiment
 
 
+def backend_dir(run_dir: Path, backend: str) -> Path:
+    """Where a logging backend (tensorboard, swanlab) writes inside a run directory."""
+    return run_dir / backend
+
+
 def tensorboard_dir(recipe: Recipe) -> Path:
-    return log_root(recipe) / "tensorboard"
+    return backend_dir(log_root(recipe), "tensorboard")
 
 
 def swanlab_dir(recipe: Recipe) -> Path:
-    return log_root(recipe) / "swanlab"
+    return backend_dir(log_root(recipe), "swanlab")
 
 
 def metrics_file(recipe: Recipe, start_step: int = 0) -> Path:
