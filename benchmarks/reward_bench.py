@@ -3,7 +3,9 @@
 Builds labelled responses from the MATH500 answers (equivalent rewrites, the
 forms models write that graders get wrong - mixed numbers, repeating decimals,
 reordered unions, inequalities for intervals, "x = a or x = b" for lists - each
-with near-misses one digit or one bracket away, reward hacks) plus a few
+with near-misses one digit or one bracket away; equations about another variable
+and quantities in another unit; reward hacks) plus a fixed set of look-alike
+pairs (tiny numbers and 0, pi and its decimals, words in another case) and a few
 pathological inputs. Labels come from the construction (exact ``Fraction``
 arithmetic here), never from a scorer. Scores them in one process with this
 reward, with the same judge on sympy behind a numeral fast path (the design
@@ -41,7 +43,9 @@ class Case:
     gt: str
     label: int | None  # 1 correct, 0 wrong, None pathological (latency only)
     kind: str  # correct | rewrite | near_miss | hack | pathological
-    form: str = ""  # for rewrites and near-misses in a model's form: mixed | repeating | union | inequality | or_list
+    # for rewrites and near-misses in a model's form: mixed | repeating | union | inequality | or_list
+    # | equation | unit | small | word
+    form: str = ""
 
 
 def wrap(body: str) -> str:
@@ -277,6 +281,52 @@ def set_forms(gt: str, problem: str) -> list[tuple[str, int, str]]:
     return out
 
 
+_ASSIGNED = re.compile(r"([a-z])\s*=\s*([^=]+)")
+_WITH_UNIT = re.compile(r"(.+?)\s*\\(?:text|mbox)\{\s*([a-z]+)\s*\}(\^\d)?")
+OTHER_UNIT = {"cm": "m", "m": "cm", "inches": "feet", "feet": "inches", "cents": "dollars", "dollars": "cents"}
+
+
+def distinction_forms(gt: str) -> list[tuple[str, int, str]]:
+    """An equation about one variable and a quantity with a unit, each as the bare value,
+    respelled, and about another variable or in another unit (which a grader that drops
+    left-hand sides and units accepts)."""
+    out: list[tuple[str, int, str]] = []
+    m = _ASSIGNED.fullmatch(gt)
+    if m:
+        var, rhs = m.group(1), m.group(2).strip()
+        other = next(v for v in "yxzw" if v != var and v not in rhs)
+        out += [(rhs, 1, "equation"), (f"{rhs} = {var}", 1, "equation"), (f"{other} = {rhs}", 0, "equation")]
+    m = _WITH_UNIT.fullmatch(gt)
+    if m and m.group(2) in OTHER_UNIT:
+        value, unit, power = m.group(1), m.group(2), m.group(3) or ""
+        out += [(value, 1, "unit"), (f"{value} {unit}{power}", 1, "unit"),
+                (f"{value}\\text{{ {OTHER_UNIT[unit]}}}{power}", 0, "unit")]
+    return out
+
+
+PI_50 = "3.14159265358979323846264338327950288419716939937510"
+# (answer, ground truth, label, form): look-alikes no MATH500 answer yields, labelled by the
+# rules in npu_rl/reward/equiv.py.
+LOOK_ALIKES = [
+    ("y = 2x+3", "x = 2x+3", 0, "equation"),
+    ("y=5", "x=5", 0, "equation"),
+    ("5\\text{ cm}", "5\\text{ m}", 0, "unit"),
+    ("5\\mbox{ cm}", "5\\text{ cm}", 1, "unit"),
+    ("e^{-100}", "0", 0, "small"),
+    ("10^{-50}", "0", 0, "small"),
+    ("e^{-100}", "\\frac{1}{e^{100}}", 1, "small"),
+    ("\\pi", PI_50, 0, "small"),
+    (PI_50, "\\pi", 0, "small"),
+    ("\\text{Yes}", "\\text{yes}", 1, "word"),
+    ("\\text{east}", "\\text{seat}", 0, "word"),
+]
+
+
+def look_alikes() -> list[Case]:
+    return [Case(wrap(f"\\boxed{{{a}}}"), gt, label, "rewrite" if label else "near_miss", form)
+            for a, gt, label, form in LOOK_ALIKES]
+
+
 def pathological() -> list[Case]:
     return [
         Case("x" * 100_000 + wrap("\\boxed{3}"), "3", None, "pathological"),
@@ -296,9 +346,10 @@ def build_cases(data: Path, limit: int | None) -> list[Case]:
         misses = near_misses(gt)
         cases += [Case(wrap(f"\\boxed{{{m}}}"), gt, 0, "near_miss") for m in misses]
         cases += [Case(wrap(h), gt, 0, "hack") for h in hacks(gt, misses[0] if misses else None)]
-        for text, label, form in number_forms(gt) + set_forms(gt, row.get("problem", "")):
+        forms = number_forms(gt) + set_forms(gt, row.get("problem", "")) + distinction_forms(gt)
+        for text, label, form in forms:
             cases.append(Case(wrap(f"\\boxed{{{text}}}"), gt, label, "rewrite" if label else "near_miss", form))
-    return cases + pathological()
+    return cases + look_alikes() + pathological()
 
 
 def math_verify_scorer() -> Callable[[str, str], float]:

@@ -49,13 +49,13 @@ def serve(rx: Connection, tx: Connection) -> None:
     signal.signal(signal.SIGALRM, _on_alarm)
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C belongs to the parent
     symbolic_equal("\\lfloor 2.5 \\rfloor", "2")  # pull in the lazily imported parser before saying ready
-    tx.send(("ready", os.getpid()))
-    while True:
-        try:
+    try:
+        tx.send(("ready", os.getpid()))
+        while True:
             pred, gt, budget_s = rx.recv()
-        except (EOFError, OSError):
-            return
-        tx.send(_answer(pred, gt, budget_s))
+            tx.send(_answer(pred, gt, budget_s))
+    except (EOFError, OSError):  # the parent has gone (a short script can exit before we are ready)
+        return
 
 
 if __name__ == "__main__":

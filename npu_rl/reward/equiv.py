@@ -16,6 +16,12 @@ Values (leaves)
     fraction, and so is a mixed number (``2\\frac{1}{3}`` is 7/3).
   * Everything else (``\\pi``, roots, logs, trig, ``i``) compares at 50 digits
     with relative tolerance 1e-35: ``\\sqrt8`` is ``2\\sqrt2``, ``3.14`` is not ``\\pi``.
+    Small numbers too: there is no absolute floor, so ``e^{-100}`` is not ``0``
+    (nor is ``10^{-50}``); a computation that cancels at those digits is exactly 0
+    (``\\sin\\pi``, ``\\sqrt2^2 - 2``).
+  * A fraction equals an irrational only if it is short (|p|·q < 10^30, see
+    :mod:`npu_rl.reward.values`): ``\\log_2 8`` is ``3``, but ``\\pi`` is no decimal,
+    not even one of 50 digits: the decimal is a fraction.
   * Expressions in variables are equal when they are the same function: equal
     at random rational points drawn from a fixed seed (positive points always,
     points with negative coordinates where both sides are real, so ``|x|`` is
@@ -23,9 +29,17 @@ Values (leaves)
     worker.
   * ``\\log`` is the natural log; ``x^23`` is ``x^{23}``; notation that TeX
     and a reader take two ways (``\\frac432``, ``\\sqrt23``) is wrong on both paths.
-  * Units, degrees, ``\\%``, ``\\$``, thousands separators and ``\\text``
-    wrappers are dropped; a numeral in base b (``52_8``) equals only itself;
-    words compare as lower-case strings, multiple choices by letter.
+  * Degrees, ``\\%``, thousands separators and ``\\text`` wrappers are dropped; a
+    numeral in base b (``52_8``) equals only itself; multiple choices compare by letter.
+  * Units are dropped from the value but compared: when both answers name units
+    they must name the same ones (in any spelling: ``\\text{ cm}``, ``\\mbox{cm}``,
+    ``cm``, ``centimeters``; ``cm^2`` is ``square cm``, not ``cm``; ``\\$`` is dollars).
+    One side without units is MATH's convention (``5`` for ``5\\text{ cm}``) and
+    compares the values only; so does the placeholder "units" (``12`` square units).
+    ``5\\text{ cm}`` is not ``5\\text{ m}``.
+  * Words (``\\text{Yes}``, ``even``) compare as strings, ignoring case and
+    spaces: ``\\text{Yes}`` is ``yes``, and ``east`` is not ``seat`` although both
+    read as the same product of letters.
 
 Structure (decided before value: a scalar never equals a list, so enumerating
 candidates earns nothing)
@@ -40,8 +54,13 @@ candidates earns nothing)
     Any other inequality (``x < y``) is no value: it equals only itself, as text.
   * A union equals the same intervals in any order (they are not merged:
     ``(0, 1] \\cup (1, 2)`` is not ``(0, 2)``).
-  * ``x = a`` (one variable, maybe subscripted, or ``f(x)``) is the answer
-    ``a``; any other equation equals the same equation, sides possibly swapped.
+  * Equations are compared as equations. ``x = a`` (one variable, maybe
+    subscripted, or ``f(x)``) is an answer about x: it is the answer ``a`` when the
+    other side has no such left-hand side or the same one (``x = 5`` is ``5`` and
+    ``x=5``; ``x = 1, 2`` is ``x = 1, x = 2``). Otherwise both are equations and
+    equal only as the same equation, sides possibly swapped: ``y = 5`` is not
+    ``x = 5``, ``y = 2x+3`` is not ``x = 2x+3`` but is ``2x - y + 3 = 0``, ``5 = x``
+    is ``x = 5``.
   * Matrices: same dimensions, entries in order.
 
 ``judge`` answers True/False when the fast path decides and None when only the
@@ -52,11 +71,11 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import lru_cache
 
 from npu_rl.reward import latex_eval
-from npu_rl.reward.normalize import compact, is_text_answer, normalize
+from npu_rl.reward.normalize import assignment, compact, is_text_answer, normalize, units
 
 Leaf = Callable[[str, str], bool | None]  # two normalised expressions -> verdict, None: cannot tell
 
@@ -66,6 +85,7 @@ _CONNECTIVE = re.compile(r"(?<![A-Za-z\\])(or|and)(?![A-Za-z])|\\(lor|vee|land|w
 _RELATION = re.compile(r"\\(?:leqslant|geqslant|leq|geq|neq|le|ge|ne|lt|gt)(?![A-Za-z])|<=|>=|<|>|≤|≥|≠")
 _VARIABLE = re.compile(r"([A-Za-z]|\\[A-Za-z]+)(?:_\{?\w+\}?)?")
 _MAX_MATCHED = 32  # elements of a list or set matched pairwise; MATH lists are far shorter
+_WORD = re.compile(r"[A-Za-z]+(?: [A-Za-z]+)*")
 
 
 @dataclass(frozen=True)
@@ -74,6 +94,7 @@ class Shape:
     parts: tuple = ()  # Shapes; for an equation its two sides, for a matrix rows of Shapes
     brackets: str = ""
     text: str = ""
+    lhs: str = ""  # the variable of "x = ..." (the answer is about x), kept to compare with the other side's
 
 
 def _separators(s: str, sep: str | re.Pattern) -> list[tuple[int, int]]:
@@ -230,14 +251,25 @@ def _joined(s: str) -> Shape | None:
     return Shape("list", parts=_elements(pieces))
 
 
+def _about(shape: Shape, var: str) -> Shape:
+    """``shape`` as the value of ``var``; ``x = 1, 2`` is the list ``x = 1, x = 2``."""
+    if shape.kind in ("list", "set"):
+        return replace(shape, parts=tuple(p if p.lhs else replace(p, lhs=var) for p in shape.parts))
+    return replace(shape, lhs=var)
+
+
 @lru_cache(maxsize=65536)
 def shape_of(raw: str) -> Shape:
     s = normalize(raw)
+    assigned = assignment(s)
+    if assigned is not None:
+        return _about(shape_of(assigned[1]), assigned[0])
     if _CONNECTIVE.search(s):
         joined = _joined(s)
         if joined is not None:
             return joined
-    if is_text_answer(raw) and latex_eval.parse(s) is None:
+    # A word is a string even where it also reads as a product of letters ("east" is not "seat").
+    if is_text_answer(raw) and (latex_eval.parse(s) is None or _WORD.fullmatch(s)):
         return Shape("text", text=compact(s).lower())
     if re.fullmatch(r"[A-E]", s):
         return Shape("choice", text=s)
@@ -323,9 +355,32 @@ def _unordered(preds: tuple, gts: tuple, leaf: Leaf) -> bool | None:
     return True
 
 
+def _sides(sh: Shape) -> tuple[str, str] | None:
+    if sh.kind == "equation":
+        return sh.parts
+    return (sh.lhs, sh.text) if sh.kind == "scalar" and sh.lhs else None
+
+
+def _same_equation(pred: tuple[str, str], gt: tuple[str, str], leaf: Leaf) -> bool | None:
+    """The same equation, possibly with the sides swapped."""
+    (pl, pr), (gl, gr) = pred, gt
+    diff = f"{pl}-({pr})"
+    verdicts = (scalar_equal(diff, f"{gl}-({gr})", leaf), scalar_equal(diff, f"{gr}-({gl})", leaf))
+    if True in verdicts:
+        return True
+    return None if None in verdicts else False
+
+
 def shapes_equal(pred: Shape, gt: Shape, leaf: Leaf = fast_leaf) -> bool | None:
+    if (pred.lhs and gt.lhs and pred.lhs != gt.lhs) or ("equation" in (pred.kind, gt.kind) and (pred.lhs or gt.lhs)):
+        # Not both about one variable: equations, equal only as equations (y = 5 is not x = 5).
+        sides = _sides(pred), _sides(gt)
+        return False if None in sides else _same_equation(sides[0], sides[1], leaf)
     if {pred.kind, gt.kind} <= {"set", "list"}:
         return _unordered(pred.parts, gt.parts, leaf)
+    if {pred.kind, gt.kind} == {"text", "scalar"} and _WORD.fullmatch(f"{pred.text} {gt.text}"):
+        # A bare "No" is too short to be taken for a word on its own, but against a word it is one.
+        return compact(pred.text).lower() == compact(gt.text).lower()
     if pred.kind != gt.kind:
         return False
     if gt.kind == "scalar":
@@ -340,18 +395,16 @@ def shapes_equal(pred: Shape, gt: Shape, leaf: Leaf = fast_leaf) -> bool | None:
         if [len(r) for r in pred.parts] != [len(r) for r in gt.parts]:
             return False
         return _ordered(tuple(c for r in pred.parts for c in r), tuple(c for r in gt.parts for c in r), leaf)
-    if gt.kind == "equation":  # the same equation, possibly with the sides swapped
-        (pl, pr), (gl, gr) = pred.parts, gt.parts
-        diff = f"{pl}-({pr})"
-        verdicts = (scalar_equal(diff, f"{gl}-({gr})", leaf), scalar_equal(diff, f"{gr}-({gl})", leaf))
-        if True in verdicts:
-            return True
-        return None if None in verdicts else False
+    if gt.kind == "equation":
+        return _same_equation(pred.parts, gt.parts, leaf)
     return None
 
 
 def judge(pred: str, gt: str, leaf: Leaf = fast_leaf) -> bool | None:
     """True/False when decided; None: the fast leaf could not tell, ask the worker."""
+    pred_units, gt_units = units(pred), units(gt)
+    if pred_units and gt_units and pred_units != gt_units:
+        return False
     if compact(normalize(pred)) == compact(normalize(gt)):
         return True
     return shapes_equal(shape_of(pred), shape_of(gt), leaf)

@@ -24,7 +24,8 @@ from fractions import Fraction
 from functools import lru_cache
 from typing import Any
 
-from npu_rl.reward.values import MAX_LOG2, TooLarge, Undefined, Value, checked, identical, to_mp, values_equal
+from npu_rl.reward.values import MAX_LOG2, TooLarge, Undefined, Value, checked, identical, negligible, plus, to_mp
+from npu_rl.reward.values import values_equal
 from npu_rl.reward.values import MP as _MP
 
 MAX_CHARS = 400
@@ -51,6 +52,7 @@ GREEK = {
     "\\alpha", "\\beta", "\\gamma", "\\delta", "\\theta", "\\lambda", "\\mu", "\\phi", "\\varphi",
     "\\omega", "\\rho", "\\sigma", "\\tau", "\\psi", "\\epsilon", "\\varepsilon", "\\eta", "\\xi", "\\kappa",
 }  # fmt: skip
+_VANISH_AWAY_FROM_0 = {"sin", "cos", "tan", "cot", "ln", "log"}
 _MUL_OPS = {"*", "\\cdot", "\\times"}
 _DIV_OPS = {"/", "\\div"}
 
@@ -354,10 +356,12 @@ def evaluate(node: tuple, env: dict[str, Any]) -> Value:
         vals = [evaluate(c, env) for c in node[1]]
         acc = vals[0]
         for v in vals[1:]:
-            if isinstance(acc, Fraction) and isinstance(v, Fraction):
-                acc = acc + v if kind == "add" else acc * v
+            if kind == "add":
+                acc = plus(acc, v)
+            elif isinstance(acc, Fraction) and isinstance(v, Fraction):
+                acc = acc * v
             else:
-                acc = to_mp(acc) + to_mp(v) if kind == "add" else to_mp(acc) * to_mp(v)
+                acc = to_mp(acc) * to_mp(v)
             if isinstance(acc, Fraction) and max(acc.numerator.bit_length(), acc.denominator.bit_length()) > _MAX_BITS:
                 acc = to_mp(acc)
         return checked(acc)
@@ -381,16 +385,26 @@ def evaluate(node: tuple, env: dict[str, Any]) -> Value:
         n = _integer(evaluate(node[1], env), 5000)
         return Fraction(math.comb(n, _integer(evaluate(node[2], env), n)))
     if kind == "func":
-        arg = to_mp(evaluate(node[2], env))
+        exact = evaluate(node[2], env)
+        arg = to_mp(exact)
         name = node[1]
         if name in ("ln", "log"):
             if arg == 0:
                 raise Undefined("log 0")
-            return _MP.ln(arg)
-        if name == "exp" and abs(arg) > 2000:
-            raise TooLarge("exp too large")
-        fn = {"asin": _MP.asin, "acos": _MP.acos, "atan": _MP.atan}.get(name) or getattr(_MP, name)
-        return checked(fn(arg))
+            fn = _MP.ln
+        elif name == "exp":
+            if abs(arg) > 2000:
+                raise TooLarge("exp too large")
+            fn = _MP.exp
+        else:
+            fn = {"asin": _MP.asin, "acos": _MP.acos, "atan": _MP.atan}.get(name) or getattr(_MP, name)
+        v = checked(fn(arg))
+        # At a zero away from 0, 50 digits of a computed argument leave only noise: \sin\pi is 0
+        # (see values). The noise is relative to the argument for trig, absolute for ln (at 1).
+        if name in _VANISH_AWAY_FROM_0 and not isinstance(exact, Fraction):
+            if negligible(v, 1 if name in ("ln", "log") else arg):
+                return Fraction(0)
+        return v
     raise Undefined(f"unknown node {kind}")
 
 

@@ -2,9 +2,22 @@
 of the definition in :mod:`npu_rl.reward.equiv`, shared by both paths.
 
 Values are exact rationals (``Fraction``) or numbers of a private 50-digit
-mpmath context. Rationals compare exactly; anything else compares at a relative
-tolerance of 1e-35 (absolute 1e-40 near zero), far below any decimal a model
-writes, so ``3.14`` is not ``\\pi`` but ``\\sqrt8`` is ``2\\sqrt2``.
+mpmath context ("computed" values). One rule, whatever their size:
+
+  * two rationals compare exactly (``10^{-50}`` is not ``0``);
+  * otherwise at a relative tolerance of 1e-35, far below any decimal a model
+    writes, so ``3.14`` is not ``\\pi`` but ``\\sqrt8`` is ``2\\sqrt2``. There is no
+    absolute floor: ``e^{-100}`` is not ``0``;
+  * a rational p/q equals a computed value only when it is short, |p|·q < 10^30:
+    agreement to 35 digits with so short a fraction is no coincidence (``\\log_2 8``
+    is 3), while every number agrees that well with some longer fraction. A
+    50-digit decimal is such a fraction, so it is not ``\\pi``;
+  * 0 is exact, so a computed value is 0 only when it is exactly 0. Where a
+    computation cancels at the stated digits, the evaluators make it so: a sum
+    whose terms are equal and opposite by the rules above (``\\sqrt2^2 - 2``,
+    ``e^{i\\pi} + 1``) and a function at a zero away from 0 whose argument is
+    computed (``\\sin\\pi``, ``\\ln`` of a computed 1) are exactly 0, as sympy
+    computes them on the other path. ``e^{-100}`` cancels nothing and stays itself.
 
 Expressions in variables are equal when they agree at sample points
 (``identical``): random rationals from a fixed seed, so every thread and process
@@ -32,7 +45,7 @@ import mpmath
 MP = mpmath.MPContext()
 MP.dps = 50
 _REL_TOL = MP.mpf("1e-35")
-_ZERO_TOL = MP.mpf("1e-40")
+_SHORT_FRACTION = 10**30  # |p|*q below this: a fraction 35 digits can single out
 MAX_LOG2 = 4000.0  # |value| beyond 2**4000 is not a MATH answer: refuse rather than compute
 
 Value = Fraction | Any  # Fraction, or an mpf/mpc of MP
@@ -78,6 +91,11 @@ def is_real(v: Value) -> bool:
     return isinstance(v, Fraction) or not isinstance(v, type(MP.mpc(0))) or MP.im(v) == 0
 
 
+def negligible(v: Value, scale: Value) -> bool:
+    """``|v|`` is below the tolerance relative to ``scale``: at 50 digits, all that is left of 0."""
+    return abs(to_mp(v)) <= _REL_TOL * abs(to_mp(scale))
+
+
 def values_equal(a: Value | None, b: Value | None) -> bool:
     """Equal values; None stands for "too large to compute", equal to nothing computed."""
     if a is None or b is None:
@@ -89,10 +107,19 @@ def values_equal(a: Value | None, b: Value | None) -> bool:
     x, y = to_mp(a), to_mp(b)
     if MP.isinf(x) or MP.isinf(y):
         return x == y
-    scale = max(abs(x), abs(y))
-    if scale < _ZERO_TOL:
-        return True
-    return abs(x - y) <= _REL_TOL * scale
+    if not negligible(x - y, max(abs(x), abs(y))):
+        return False
+    return all(abs(v.numerator) * v.denominator < _SHORT_FRACTION for v in (a, b) if isinstance(v, Fraction))
+
+
+def plus(a: Value, b: Value) -> Value:
+    """``a + b``, exactly 0 when the terms cancel by ``values_equal`` (see the module docstring)."""
+    if isinstance(a, Fraction) and isinstance(b, Fraction):
+        return a + b
+    total = to_mp(a) + to_mp(b)
+    if MP.isinf(total) or MP.isnan(total) or not values_equal(a, -b):
+        return total
+    return Fraction(0)
 
 
 def _draw(rng: random.Random) -> Fraction:
