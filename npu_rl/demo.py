@@ -119,6 +119,11 @@ def _summary(recipe, timings: dict[str, float], total: float, report, gain: tupl
     print(f"steps trained         : {step}")
     if step_times:
         print(f"seconds per step      : {statistics.median(step_times):.2f} (median of {len(step_times)})")
+    if report.throughput is not None:
+        first, *rest = report.throughput.text_lines()
+        print(f"throughput            : {first}")
+        for line in rest:
+            print(f"                        {line}")
     if scores:
         print(f"reward mean per step  : {', '.join(f'{v:.3f}' for v in scores)}")
     base, trained, at = gain

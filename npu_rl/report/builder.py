@@ -10,10 +10,11 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import UserError
-from .plots import Plot, plot_run
+from .plots import Plot, plot_run, plot_throughput
 from .rules import Context, Finding, apply_rules, exit_code, notes
 from .scalars import load_run
 from .thresholds import Thresholds, load_thresholds
+from .throughput import E2E_FORMULA, PARTS, ThroughputCard, fmt, throughput_card
 
 STATUS = {0: "healthy", 1: "warnings", 2: "critical"}
 
@@ -27,6 +28,7 @@ class Report:
     plots: list[Plot] = field(default_factory=list)
     # {kind: url} of the dashboards serving this run when the report was built (none: no links).
     dashboards: dict[str, str] = field(default_factory=dict)
+    throughput: ThroughputCard | None = None  # None: the run logged no step times
     html: Path | None = None
     json: Path | None = None
     markdown: Path | None = None
@@ -58,10 +60,12 @@ class Report:
         else:
             lines.append("No findings: every rule passed.")
         lines += [""] + [f"- note: {n}" for n in self.notes]
+        if self.throughput is not None:
+            lines += ["", "## Throughput", ""] + [f"- {line}" for line in self.throughput.text_lines()]
         return "\n".join(lines).rstrip() + "\n"
 
 
-def _thresholds(value: Thresholds | Path | str | dict | None) -> Thresholds:
+def as_thresholds(value: Thresholds | Path | str | dict | None) -> Thresholds:
     if isinstance(value, Thresholds):
         return value
     if isinstance(value, str):
@@ -111,7 +115,7 @@ def build_report(
     run_dir = Path(run_dir)
     if not run_dir.is_dir():
         raise UserError(f"run directory not found: {run_dir}")
-    t = _thresholds(thresholds)
+    t = as_thresholds(thresholds)
     series = load_run(run_dir)
     if not series:
         raise UserError(f"no TensorBoard event files or verl file-logger JSONL with scalars under {run_dir}")
@@ -128,6 +132,9 @@ def build_report(
 
     report = Report(run_dir=run_dir, out_dir=out, findings=findings, notes=notes(ctx), dashboards=running(run_dir))
     report.plots = plot_run(series, findings, t, out / "plots")
+    report.throughput = throughput_card(series, recipe, t.throughput.warmup_steps)
+    if report.throughput is not None:
+        report.plots += plot_throughput(report.throughput, out / "plots")
 
     steps = sorted({int(s) for ser in series.values() for s in ser.steps})
     report.json = out / "health.json"
@@ -143,6 +150,7 @@ def build_report(
                 "plots": [str(p.path) for p in report.plots],
                 "eval_table": str(table_path) if table_path else None,
                 "dashboards": report.dashboards,
+                "throughput": report.throughput.to_dict() if report.throughput else None,
             },
             indent=2,
         )
@@ -156,12 +164,18 @@ def build_report(
     return report
 
 
-def _render_html(report: Report, steps: list[int], eval_md: str | None) -> str:
+def render_template(name: str, **context: Any) -> str:
+    """One of the report's HTML templates (npu_rl/report/templates), autoescaped."""
     from jinja2 import Environment, PackageLoader, select_autoescape
 
     env = Environment(loader=PackageLoader("npu_rl.report", "templates"), autoescape=select_autoescape(["j2", "html"]))
+    return env.get_template(name).render(**context)
+
+
+def _render_html(report: Report, steps: list[int], eval_md: str | None) -> str:
     plots = [{"title": p.title, "data": base64.b64encode(p.path.read_bytes()).decode("ascii")} for p in report.plots]
-    return env.get_template("report.html.j2").render(
+    return render_template(
+        "report.html.j2",
         run_name=report.run_dir.name,
         run_dir=str(report.run_dir),
         status=report.status,
@@ -172,4 +186,8 @@ def _render_html(report: Report, steps: list[int], eval_md: str | None) -> str:
         notes=report.notes,
         plots=plots,
         eval_markdown=eval_md,
+        throughput=report.throughput,
+        parts=PARTS,
+        formula=E2E_FORMULA,
+        num=fmt,
     )

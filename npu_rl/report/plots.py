@@ -11,6 +11,7 @@ import numpy as np
 from .rules import CRITICAL, Finding, validation_series
 from .scalars import Series
 from .thresholds import Thresholds
+from .throughput import PARTS, STEP, THROUGHPUT, ThroughputCard
 
 COLORS = {"warning": "#e69f00", CRITICAL: "#d62728"}
 
@@ -44,8 +45,11 @@ def _slug(text: str) -> str:
 
 
 def plot_panel(
-    title: str, curves: list[Series], findings: list[Finding], bands: list[tuple[float, float]], path: Path
+    title: str, curves: list[Series], findings: list[Finding], bands: list[tuple[float, float]], path: Path,
+    lines: list[tuple[float, str]] = (), ylabel: str | None = None,
 ) -> Path:
+    """One chart of ``curves`` with the findings marked, healthy ``bands`` shaded and horizontal
+    reference ``lines`` (value, label) drawn."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -59,6 +63,9 @@ def plot_panel(
             ax.plot(s.steps, np.where(finite, s.values, np.nan), marker="." if len(s) < 60 else None, lw=1.5, label=s.tag)
         for lo, hi in bands:
             ax.axhspan(lo, hi, color="#2ca02c", alpha=0.08, label=f"healthy {lo:g}-{hi:g}")
+        for i, (value, label) in enumerate(lines):
+            ax.axhline(value, color=("#555555", "#d62728", "#1f77b4")[i % 3], ls=(":", "--", "-.")[i % 3], lw=1.3,
+                       label=label)
         ymin, ymax = ax.get_ylim()
         for s in curves:
             bad = ~np.isfinite(s.values)
@@ -83,6 +90,8 @@ def plot_panel(
             )
         ax.set_title(title)
         ax.set_xlabel("step")
+        if ylabel:
+            ax.set_ylabel(ylabel)
         ax.xaxis.set_major_locator(MaxNLocator(integer=True))
         ax.grid(True, alpha=0.3)
         ax.legend(fontsize=7, loc="best")
@@ -101,4 +110,59 @@ def plot_run(series: dict[str, Series], findings: list[Finding], t: Thresholds, 
         path = out_dir / f"{_slug(title)}.png"
         plot_panel(title, [series[m] for m in tags], marked, bands, path)
         plots.append(Plot(title, path, tuple(tags)))
+    return plots
+
+
+def plot_shares(title: str, steps: list[int], seconds: dict[str, list[float]], path: Path) -> Path:
+    """Stacked bars: each step's time split into its parts (seconds)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    from matplotlib.ticker import MaxNLocator
+
+    fig, ax = plt.subplots(figsize=(7.5, 3.6), dpi=110)
+    try:
+        bottom = np.zeros(len(steps))
+        for part, values in seconds.items():
+            ax.bar(steps, values, bottom=bottom, label=part, width=0.8)
+            bottom += np.asarray(values)
+        ax.set_title(title)
+        ax.set_xlabel("step")
+        ax.set_ylabel("seconds")
+        ax.xaxis.set_major_locator(MaxNLocator(integer=True))
+        ax.grid(True, axis="y", alpha=0.3)
+        ax.legend(fontsize=7, loc="best")
+        fig.tight_layout()
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fig.savefig(path)
+    finally:
+        plt.close(fig)
+    return path
+
+
+def plot_throughput(card: ThroughputCard, out_dir: Path) -> list[Plot]:
+    """The throughput card's charts: tokens/s (per card where the recipe says what a card is, with the
+    published figures that match the run as lines) and the step's time split, per step."""
+    steps = np.array([s.step for s in card.per_step], dtype=np.int64)
+
+    def curve(tag: str, field: str) -> Series:
+        return Series(tag, steps, np.array([np.nan if (v := getattr(s, field)) is None else v
+                                            for s in card.per_step], dtype=np.float64))
+
+    per_card = card.dies_per_card is not None
+    unit = "tokens/s per card" if per_card else "tokens/s per device"
+    curves = [curve(f"verl {THROUGHPUT} per card" if per_card else THROUGHPUT,
+                    "tps_card" if per_card else "tps_device")]
+    if per_card:
+        curves.append(curve("MindSpeed-RL e2e_tps per card", "e2e_tps_card"))
+    curves = [c for c in curves if np.isfinite(c.values).any()]
+    lines = [(r.value, f"published: {r.name} ({r.value:g})") for r in card.references]
+    plots = []
+    if curves:
+        path = plot_panel(f"Throughput ({unit})", curves, [], [], out_dir / "throughput.png", lines, unit)
+        plots.append(Plot(f"Throughput ({unit})", path, (THROUGHPUT,)))
+    seconds = {p: [s.seconds[p] for s in card.per_step] for p in PARTS}
+    path = plot_shares("Step time by part", [int(s) for s in steps], seconds, out_dir / "step_time_parts.png")
+    plots.append(Plot("Step time by part", path, (STEP,)))
     return plots

@@ -7,7 +7,7 @@ from pathlib import Path
 from typing import Any
 
 import yaml
-from pydantic import Field, ValidationError
+from pydantic import Field, ValidationError, model_validator
 
 from ..errors import UserError
 from ..recipe.schema import Strict
@@ -70,6 +70,28 @@ class RewardHacking(Strict):
     eval_min_gain_points: float
 
 
+class Throughput(Strict):
+    warmup_steps: int = Field(ge=0)
+
+
+class Compare(Strict):
+    throughput_drop: float = Field(ge=0, lt=1)
+    step_time_rise: float = Field(ge=0)
+    peak_memory_metric: str
+    peak_memory_rise_gb: float = Field(ge=0)
+    reward_metric: str
+    reward_first_step: int = Field(ge=0)
+    reward_last_step: int = Field(ge=0)
+    reward_mean_diff: float = Field(ge=0)
+
+    @model_validator(mode="after")
+    def _window(self) -> "Compare":
+        if self.reward_last_step < self.reward_first_step:
+            raise ValueError(f"reward_last_step ({self.reward_last_step}) is before reward_first_step "
+                             f"({self.reward_first_step})")
+        return self
+
+
 class Thresholds(Strict):
     entropy: Entropy
     kl: Kl
@@ -78,6 +100,8 @@ class Thresholds(Strict):
     grad_norm: GradNorm
     response_length: ResponseLength
     reward_hacking: RewardHacking
+    throughput: Throughput
+    compare: Compare
 
 
 def _merge(base: dict, over: dict, where: str = "") -> dict:
@@ -106,4 +130,6 @@ def load_thresholds(override: Path | dict[str, Any] | None = None) -> Thresholds
         return Thresholds.model_validate(data)
     except ValidationError as err:
         first = err.errors()[0]
-        raise UserError(f"thresholds: {'.'.join(map(str, first['loc']))}: {first['msg']}") from None
+        where = ".".join(map(str, first["loc"]))
+        msg = first["msg"].removeprefix("Value error, ")
+        raise UserError(f"thresholds: {where}: {msg}" if where else f"thresholds: {msg}") from None
