@@ -7,10 +7,11 @@ nodes registered fewer NPUs than expected (a pod given too few devices).
 
 from __future__ import annotations
 
+import contextlib
 import signal
 import threading
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 
 from .probe import Address, Deadline
@@ -56,6 +57,26 @@ def ray_nodes() -> list[Node]:
             for n in ray.nodes() if n.get("Alive")]
 
 
+@contextlib.contextmanager
+def connected(address: str, namespace: str) -> Iterator[None]:
+    """This process as a Ray driver of the cluster at ``address`` for the block; quiet, and the caller's
+    signal handlers kept."""
+    import ray
+
+    # ray.init replaces the SIGTERM handler with sys.exit; the caller's (which stops child processes) must survive it.
+    # Handlers belong to the main thread (`ray wait` runs this in another one, where ray.init leaves them be).
+    in_main = threading.current_thread() is threading.main_thread()
+    previous = {s: signal.getsignal(s) for s in (signal.SIGTERM, signal.SIGINT)} if in_main else {}
+    ray.init(address=address, log_to_driver=False, logging_level="ERROR", configure_logging=False,
+             namespace=namespace)
+    try:
+        yield
+    finally:
+        ray.shutdown()
+        for s, handler in previous.items():
+            signal.signal(s, handler)
+
+
 class ClusterTimeout(Exception):
     pass
 
@@ -64,15 +85,7 @@ def wait_for_cluster(address: Address, want: Expectation, deadline: Deadline,
                      progress: Callable[[str], None], poll: float = 1.0,
                      report_every: float = 10.0) -> list[Node]:
     """Connect to the head at ``address`` and poll membership; raises ClusterTimeout with the shortfall."""
-    import ray
-
-    # ray.init replaces the SIGTERM handler with sys.exit; the caller's (which stops child processes) must survive it.
-    # Handlers belong to the main thread (`ray wait` runs this in another one, where ray.init leaves them be).
-    in_main = threading.current_thread() is threading.main_thread()
-    previous = signal.getsignal(signal.SIGTERM) if in_main else None
-    ray.init(address=str(address), log_to_driver=False, logging_level="ERROR", configure_logging=False,
-             namespace="npu-rl-wait")
-    try:
+    with connected(str(address), namespace="npu-rl-wait"):
         last_report = -report_every
         while True:
             nodes = ray_nodes()
@@ -87,7 +100,3 @@ def wait_for_cluster(address: Address, want: Expectation, deadline: Deadline,
                 progress(f"waiting for cluster: {missing} ({deadline.left():.0f}s left)")
                 last_report = deadline.elapsed()
             time.sleep(min(poll, max(0.05, deadline.left())))
-    finally:
-        ray.shutdown()
-        if previous is not None:
-            signal.signal(signal.SIGTERM, previous)

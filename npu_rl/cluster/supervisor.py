@@ -17,7 +17,7 @@ wait
     Block until the cluster holds the expected nodes and NPUs, or fail with a
     message naming what is missing.
 
-Exit codes other than the head command's own are listed in :class:`Exit`.
+Exit codes other than the head command's own are listed in :class:`npu_rl.exit_codes.Exit`.
 """
 
 from __future__ import annotations
@@ -31,22 +31,14 @@ import threading
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from enum import IntEnum
 
 from .. import defaults
 from ..errors import UserError
+from ..exit_codes import Exit
 from . import network, proctree
 from .membership import ClusterTimeout, Expectation, wait_for_cluster
 from .probe import Address, Deadline, backoff, port_free, port_open, wait_for_port
 from .raynode import NodeSpec, RayNode, child_env, head_argv, kuberay_argv, worker_argv
-
-
-class Exit(IntEnum):
-    JOIN_TIMEOUT = 3  # worker: the head never became reachable, or Ray never joined it
-    HEAD_LOST = 4  # worker: the head went away after this node joined
-    CLUSTER_TIMEOUT = 5  # head/wait: nodes or NPUs still missing at the deadline
-    RAY_FAILED = 6  # `ray start` failed to come up or died on its own
-    TERMINATED = 143  # SIGTERM (pod deletion, job completion); 128 + 15 as a shell reports it
 
 
 class ClusterError(UserError):
@@ -90,12 +82,13 @@ def _local_interface(head_host: str | None, ifname: str | None) -> network.Inter
     if head_host and not ifname:
         with contextlib.suppress(OSError):  # the head's DNS record may not exist yet
             head_ip = network.resolve(head_host)
-    return network.select_interface(head_ip, ifname)
+    return network.select_interface(head_ip, ifname, os.environ)
 
 
 def _env_for(iface: network.Interface) -> dict[str, str]:
     extra = network.network_env(iface, os.environ)
-    log("interface {} ({}); {}".format(iface.name, iface.ip, " ".join(f"{k}={v}" for k, v in sorted(extra.items()))))
+    log(f"interface {iface.name} ({iface.ip}): {iface.why}")
+    log(" ".join(f"{k}={v}" for k, v in sorted(extra.items())))
     return child_env(extra)
 
 

@@ -219,11 +219,13 @@ def _platform_overrides(recipe: Recipe) -> list[str]:
 
 
 def patches_for(recipe: Recipe) -> list[str]:
-    names = []
+    names = ["batch_fingerprint"]  # every run: a resumed run's batches can be compared with the run it continues
     if recipe.resources.platform == "cpu":
         names.append("cpu")
     if "file" in recipe.logging.backends:
         names.append("file_logger")
+    if "swanlab" in recipe.logging.backends:
+        names.append("swanlab_finish")
     if not recipe.optimizations.recompute_old_log_prob:
         names.append("old_log_prob")
     if recipe.rollout.expert_parallel:

@@ -15,13 +15,15 @@ from ..errors import UserError
 
 class LocalRayHead:
     def __init__(self, *, port: int | None, num_cpus: int, npus: int, env: dict[str, str],
-                 startup_timeout: float = 120.0):
+                 startup_timeout: float = 120.0, inherit: bool = True):
         self.port = port or free_port()
         # Ray's client server defaults to port 10001 on every head; a second run on the
         # same machine would collide, so each run takes a free one.
         extra = [f"--num-cpus={num_cpus}", f"--ray-client-server-port={free_port()}"]
         spec = NodeSpec(npus=npus, node_ip="127.0.0.1", dashboard=False, extra_args=extra)
-        self.node = RayNode(head_argv(spec, self.port), child_env(env), log=lambda line: print(f"npu-rl: {line}"))
+        # inherit=False: ``env`` is the raylet's whole environment, not an addition to this process's.
+        self.node = RayNode(head_argv(spec, self.port), child_env(env) if inherit else dict(env),
+                            log=lambda line: print(f"npu-rl: {line}"))
         self.startup_timeout = startup_timeout
 
     @property

@@ -52,6 +52,11 @@ def _last_error(text: str) -> str | None:
     return found[-1] if found else None
 
 
+def _without(environ, run_env) -> dict[str, str]:
+    """The caller's environment less every variable the run sets and npu-rl's patch selection."""
+    return {k: v for k, v in environ.items() if k not in run_env and not k.startswith("NPU_RL_")}
+
+
 def run_rehearsal(recipe: Recipe, timeout: float = 300.0) -> Rehearsal:
     spec = build_launch(recipe, rehearse=True)
     check_launch(spec, recipe, host=False)
@@ -62,7 +67,9 @@ def run_rehearsal(recipe: Recipe, timeout: float = 300.0) -> Rehearsal:
     print(f"npu-rl: rehearsing {recipe.name}: {spec.argv[2]} --config-name {spec.config_name} "
           f"({len(spec.argv) - 5} overrides) on a local Ray without devices; log: {log_file}", flush=True)
     # A Ray of its own on 127.0.0.1 (never a live cluster, never a routed interface), as `npu-rl train` uses.
-    with LocalRayHead(port=None, num_cpus=2, npus=0, env=spec.env) as head, \
+    # Its raylet gets none of the run's variables, as a pod's `npu-rl ray head|worker` has none: the
+    # patches and the recipe's variables must reach every worker through the argv's runtime_env.
+    with LocalRayHead(port=None, num_cpus=2, npus=0, env=_without(os.environ, spec.env), inherit=False) as head, \
             open(log_file, "w", encoding="utf-8") as log:
         env = {**os.environ, **spec.env, "RAY_ADDRESS": head.address}
         log.write(f"$ {shlex.join(spec.argv)}\n")

@@ -7,6 +7,7 @@ specific to this host: the NPUs it selects and the address of the Ray head.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import re
@@ -14,20 +15,28 @@ import shlex
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
 from ..cluster import proctree
+from ..cluster.crossnode import check_cluster
+from ..cluster.membership import connected
+from ..cluster.nodewatch import Departure, NodeWatch
 from ..errors import UserError
+from ..exit_codes import Exit
 from ..recipe.schema import Recipe
 from . import run_files
 from .preflight import check_launch
 from .ray_local import LocalRayHead
 from .spec import LaunchSpec, build_launch
+from .watchdog import StepClock, Watchdog, dump_stacks, hang_message
 
 # A training step's console line (verl/utils/tracking.py), as the TaskRunner's output reaches the driver
 # ("(TaskRunner pid=N) step:1 - actor/...").
-_STEP_LINE = re.compile(r"\bstep:\d+ - ")
+_STEP_LINE = re.compile(r"\bstep:(\d+) - ")
+# After a failed run, how long a node's departure that caused it may take to show in Ray's node table.
+_DEPARTURE_SETTLE_S = 10.0
 
 
 @dataclass
@@ -63,9 +72,25 @@ def run_training(recipe: Recipe, *, ray_port: int | None = None) -> TrainResult:
         print(f"npu-rl: resuming {recipe.logging.experiment} from global_step_{spec.start_step}", flush=True)
 
     t0 = time.monotonic()
+    clock = StepClock(recipe.watchdog)
     if address:
         # A multi-node cluster brought up by `npu-rl ray head`; the spec's runtime_env reaches its workers.
-        code, error = _run(spec, {"RAY_ADDRESS": address}, log_file)
+        with _cluster(address):
+            if recipe.resources.nnodes > 1:
+                facts = check_cluster(run_files.checkpoint_root(recipe), exclude=set(spec.env))
+                print(f"npu-rl: {len(facts)} nodes agree on versions and variables and share "
+                      f"{run_files.checkpoint_root(recipe)}", flush=True)
+            nodes = NodeWatch(lambda: clock.last_step).start()
+            try:
+                code, error = _run(spec, {"RAY_ADDRESS": address}, log_file, clock)
+                if code not in (0, Exit.HUNG) and code < 128:
+                    code, error = _departed(nodes.settle(_DEPARTURE_SETTLE_S), code, error)
+                elif code == Exit.HUNG:
+                    # A frozen node stalls the run like a hung rank until Ray's health check gives up on
+                    # it, which may happen while the watchdog dumps: a node that left explains the stall.
+                    code, error = _departed(nodes.settle(0), code, error)
+            finally:
+                nodes.stop()
     else:
         res = recipe.resources
         # CPU workers take worker slots registered under the NPU resource (npu_rl.patches.cpu_platform).
@@ -76,7 +101,7 @@ def run_training(recipe: Recipe, *, ray_port: int | None = None) -> TrainResult:
         head = LocalRayHead(port=ray_port, num_cpus=max(res.world_size + 2, os.cpu_count() or 1), npus=npus,
                             env={**spec.env, **device_env})
         with head:
-            code, error = _run(spec, {**device_env, "RAY_ADDRESS": head.address}, log_file)
+            code, error = _run(spec, {**device_env, "RAY_ADDRESS": head.address}, log_file, clock)
     run_files.rotate_checkpoints(recipe)
     return TrainResult(code, time.monotonic() - t0, spec.start_step, run_files.latest_step(recipe), log_file, error)
 
@@ -104,29 +129,72 @@ def attestation_error(spec: LaunchSpec, training_started: bool) -> str | None:
     return verdict.get("error")
 
 
-def _run(spec: LaunchSpec, host_env: dict[str, str], log_file: Path) -> tuple[int, str | None]:
-    """Run the spec's argv, streaming its output to the console and ``log_file``; stop it on SIGTERM/SIGINT."""
+@contextlib.contextmanager
+def _cluster(address: str) -> Iterator[None]:
+    try:
+        session = connected(address, namespace="npu-rl-launcher")
+        session.__enter__()
+    except ConnectionError as err:
+        raise UserError(f"cannot connect to the Ray cluster at RAY_ADDRESS={address}: {err}".splitlines()[0],
+                        exit_code=Exit.RAY_FAILED) from None
+    try:
+        yield
+    finally:
+        session.__exit__(None, None, None)
+
+
+def _departed(gone: list[Departure], code: int, error: str | None) -> tuple[int, str | None]:
+    """A failed run during which a node left: that is why it failed, and a restart can resume it."""
+    if not gone:
+        return code, error
+    lines = "; ".join(d.line() for d in gone)
+    then = f"the watchdog had found the {error}" if code == Exit.HUNG else f"training exited with code {code}"
+    return Exit.NODE_LOST, f"{lines}; {then}; a restart of the job resumes from the newest complete checkpoint"
+
+
+def _run(spec: LaunchSpec, host_env: dict[str, str], log_file: Path, clock: StepClock) -> tuple[int, str | None]:
+    """Run the spec's argv, streaming its output to the console and ``log_file``; stop it on SIGTERM/SIGINT
+    and when the watchdog finds it hung."""
     full_env = {**os.environ, **spec.env, **host_env}
     error, attested = None, False
+    hang: dict[str, str] = {}
     with open(log_file, "a", encoding="utf-8") as log, proctree.signals_raise():
         log.write(f"\n$ {shlex.join(spec.argv)}\n")
         # Its own session: a terminal's Ctrl-C reaches npu-rl alone, which stops verl in order.
         proc = subprocess.Popen(list(spec.argv), env=full_env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                                 text=True, errors="replace", bufsize=1, start_new_session=True)
         assert proc.stdout is not None
+        clock.begin()
+
+        def on_hang() -> None:
+            out_dir = spec.log_dir / time.strftime("hang-%Y%m%d-%H%M%S")
+            print(f"npu-rl: {watchdog.tripped}; dumping the stacks of every process of the run to {out_dir}",
+                  file=sys.stderr, flush=True)
+            summary = dump_stacks(out_dir, proc.pid, host_env.get("RAY_ADDRESS"), clock.spec.dump_timeout_s)
+            hang["error"] = hang_message(watchdog.tripped or "", summary, out_dir)
+            proctree.stop(proc, grace=30.0)
+
+        watchdog = Watchdog(clock, on_hang)
         try:
-            for line in proc.stdout:
-                sys.stdout.write(line)
-                log.write(line)
-                if not attested and _STEP_LINE.search(line):
-                    attested = True  # the workers reported before fit() began, or never will
-                    error = attestation_error(spec, training_started=True)
-                    if error:
-                        break
+            with watchdog:
+                for line in proc.stdout:
+                    sys.stdout.write(line)
+                    log.write(line)
+                    step = _STEP_LINE.search(line)
+                    if step:
+                        clock.step(int(step.group(1)))
+                    if not attested and step:
+                        attested = True  # the workers reported before fit() began, or never will
+                        error = attestation_error(spec, training_started=True)
+                        if error:
+                            break
             if error:
                 proctree.stop(proc, grace=30.0)
                 return 1, error
             code = proc.wait()
+            if watchdog.tripped:
+                watchdog.join()
+                return Exit.HUNG, hang.get("error", watchdog.tripped)
         except proctree.Terminated as stop:
             print(f"npu-rl: {stop}: stopping verl (the last complete checkpoint is kept)", file=sys.stderr, flush=True)
             proctree.stop(proc, grace=30.0)

@@ -16,6 +16,8 @@ PATCHES = {
     "reshard": "npu_rl.patches.reshard",
     "vllm_dp": "npu_rl.patches.vllm_dp",
     "file_logger": "npu_rl.patches.file_logger",
+    "swanlab_finish": "npu_rl.patches.swanlab_finish",
+    "batch_fingerprint": "npu_rl.patches.batch_fingerprint",
     "attest": "npu_rl.patches.attest",
     "rehearse": "npu_rl.patches.rehearse",
 }
@@ -43,6 +45,13 @@ def selected(environ=os.environ) -> list[str]:
 def installed() -> list[str]:
     """The patches this process has installed, in the order of PATCHES."""
     return [n for n in PATCHES if n in _installed]
+
+
+def applied() -> dict[str, list[str]]:
+    """The patches that have changed code in this process so far, each with the functions that did."""
+    from .guard import APPLIED
+
+    return {n: list(APPLIED[n]) for n in PATCHES if n in APPLIED}
 
 
 def install_from_env() -> None:

@@ -4,9 +4,11 @@ A patch that silently fails to reach a worker (a raylet started without the run'
 environment, a worker image without npu_rl) leaves verl's stock code running
 there, and nothing in the metrics says so. Right after ``RayPPOTrainer.init_workers``
 has created the worker groups, the trainer's process (verl's TaskRunner) asks every
-worker actor for :func:`npu_rl.patches.installed` through Ray's ``__ray_call__``,
+worker actor for :func:`npu_rl.patches.installed` and :func:`npu_rl.patches.applied` (the
+patch functions that really changed verl's code there) through Ray's ``__ray_call__``,
 writes the answers to ``NPU_RL_ATTEST_FILE`` (JSON) and stops the run, before
-``fit``, when a worker lacks a patch that ``NPU_RL_PATCHES`` selected. The launcher
+``fit``, when a worker lacks a patch that ``NPU_RL_PATCHES`` selected or a selected patch
+changed nothing in the trainer or any worker. The launcher
 prints that file's verdict as one ``npu-rl: error:`` line.
 
 Importing this module does not import verl, torch or ray.
@@ -58,7 +60,7 @@ def report(_actor: object = None) -> dict:
     """What this process installed; runs inside each worker actor (``__ray_call__`` passes the actor)."""
     import socket
 
-    from . import installed
+    from . import applied, installed
 
     node_ip = node_id = None
     try:
@@ -70,7 +72,7 @@ def report(_actor: object = None) -> dict:
     except Exception:  # not inside a connected Ray process
         pass
     return {"pid": os.getpid(), "host": socket.gethostname(), "node_ip": node_ip, "node_id": node_id,
-            "patches": installed(), "selected": os.environ.get("NPU_RL_PATCHES", "")}
+            "patches": installed(), "applied": applied(), "selected": os.environ.get("NPU_RL_PATCHES", "")}
 
 
 def attest(trainer: Any) -> dict:
@@ -86,7 +88,11 @@ def attest(trainer: Any) -> dict:
         for handle in getattr(group, "workers", None) or []:
             handles.setdefault(handle._actor_id.hex(), handle)
     workers = ray.get([h.__ray_call__.remote(report) for h in handles.values()])
+    me = report()
     lacking = [w for w in workers if set(want) - set(w["patches"])]
+    # By now the trainer has imported verl's trainer and the workers their model code: a selected patch
+    # that changed nothing in any of them is a hook on a module verl no longer uses.
+    idle = [n for n in want if not any(n in r["applied"] for r in (me, *workers))]
     error = None
     if not workers:
         error = "no Ray worker of the run could be asked for its patches"
@@ -95,5 +101,8 @@ def attest(trainer: Any) -> dict:
         missing = ", ".join(sorted(set(want) - set(w["patches"])))
         error = (f"patch(es) {missing} not active in {len(lacking)} of {len(workers)} Ray workers "
                  f"(e.g. pid {w['pid']} on {w['node_ip'] or w['host']}); the run was stopped before training")
-    return {"expected": want, "trainer": report(), "workers": workers,
+    elif idle:
+        error = (f"patch(es) {', '.join(idle)} installed but applied to none of verl's code in the trainer and "
+                 f"{len(workers)} Ray workers; the run was stopped before training")
+    return {"expected": want, "trainer": me, "workers": workers,
             "nodes": sorted({w["node_id"] or w["host"] for w in workers}), "error": error}

@@ -121,6 +121,9 @@ def require_module_unchanged(patch_name: str, fingerprints: dict[str, str], modu
 
 # Attribute of a patched module: which patch functions it has had (wrapping twice would nest them).
 _APPLIED = "_npu_rl_applied"
+# What each patch has changed in this process: patch name -> "<module>:<function>" of every apply that
+# ran (an installed patch whose modules are never imported has changed nothing; attest reports this).
+APPLIED: dict[str, list[str]] = {}
 
 
 def _module_path(module: Any) -> Path | None:
@@ -174,6 +177,7 @@ class Patch:
                         self.check(other)
                 fn(module)
                 applied.add(key)
+                APPLIED.setdefault(self.name, []).append(f"{module_name}:{fn.__name__}")
 
             self.hooks.setdefault(module_name, []).append(apply)
             self._covered.update((module_name, *also))

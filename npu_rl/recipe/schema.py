@@ -201,6 +201,25 @@ class CheckpointSpec(Strict):
     val_before_train: bool = False
 
 
+class WatchdogSpec(Strict):
+    """When a run counts as hung: no training step completed within the allowance.
+
+    A hung collective (an HCCL notify/socket wait, a device hang) holds every rank until
+    ``HCCL_EXEC_TIMEOUT``, often 30 minutes or more, while Ray still sees live nodes. The
+    launcher times the steps it sees; after the first, the allowance is ``stall_factor`` times
+    the median step so far, never less than ``floor_s`` (validation and checkpoint saves fall
+    between step lines and must fit in it). Before the first step the allowance is
+    ``first_step_s``: model load, the first rollout and, on NPU, graph compilation.
+    """
+
+    enabled: bool = True
+    stall_factor: float = Field(10.0, ge=1)
+    floor_s: float = Field(600.0, gt=0)
+    first_step_s: float = Field(3600.0, gt=0)
+    # Each process's py-spy dump may take this long; a stopped or dead process must not hold the dump.
+    dump_timeout_s: float = Field(20.0, gt=0)
+
+
 class OptimizationsSpec(Strict):
     # False: skip verl's old_log_prob forward and reuse the update's own detached
     # log-probs (exact only on-policy with one optimizer update per step).
@@ -250,6 +269,7 @@ class Recipe(Strict):
     reward: RewardSpec = RewardSpec()
     logging: LoggingSpec
     checkpoint: CheckpointSpec = CheckpointSpec()
+    watchdog: WatchdogSpec = WatchdogSpec()
     optimizations: OptimizationsSpec = OptimizationsSpec()
     reshard: ReshardSpec = ReshardSpec()
     prepare: PrepareSpec = PrepareSpec()

@@ -31,7 +31,7 @@ from pathlib import Path, PurePosixPath
 import yaml
 from jinja2 import Environment
 
-from .. import defaults, versions
+from .. import defaults, exit_codes, versions
 from ..cluster.raynode import registered_resources
 from ..errors import UserError
 from ..image.spec import spec as image_spec
@@ -182,6 +182,9 @@ def context(recipe: Recipe, target: str, opts: K8sOptions) -> dict:
         "head_args": head_args,
         "worker_args": worker_args,
         "entrypoint": " ".join(wait) + " && " + " ".join(train),
+        # Volcano's job policies match the pod's exit code (npu_rl.exit_codes, README "When a run fails").
+        "restart_codes": [{"code": int(c), "name": c.name} for c in exit_codes.RESTART],
+        "abort_codes": [{"code": int(c), "name": c.name} for c in exit_codes.ABORT],
         "ray_version": versions.get("common.ray"),
         # rayStartParams values are pasted into a shell command line, hence the inner quotes.
         "npu_resources": '"' + json.dumps(registered_resources(res.devices_per_node)).replace('"', '\\"') + '"',

@@ -10,6 +10,7 @@ import kubernetes_validate
 import pytest
 import yaml
 
+from npu_rl import defaults
 from npu_rl.cli import build_parser, main
 from npu_rl.errors import UserError
 from npu_rl.recipe import load_recipe, parse_recipe
@@ -148,17 +149,72 @@ def test_configmap_carries_the_recipe_the_head_trains(rendered):
     assert (parsed.command, parsed.recipe, parsed.prepare) == ("train", recipe_path, True)
 
 
-def test_volcano_restarts_on_failure_and_completes_with_the_head():
+def _volcano_action(policies: list[dict], event: str, exit_code: int) -> str | None:
+    """Volcano's choice for a pod that ended with ``event`` and ``exit_code``: the first policy in list order
+    whose event or exit code matches (volcano v1.12.4 job_controller_util.go applyPolicies, lines 244-268)."""
+    for p in policies:
+        events = [e for e in [p.get("event"), *p.get("events", [])] if e]
+        if events and (event in events or "*" in events):
+            return p["action"]
+        if p.get("exitCode") is not None and p["exitCode"] == exit_code:
+            return p["action"]
+    return None
+
+
+def _admissible(policies: list[dict]) -> None:
+    """Volcano's admission rules for a policy list (v1.12.4 pkg/webhooks/admission/jobs/validate/util.go
+    validatePolicies, lines 61-122): event xor exitCode, no exit code 0, no duplicate exit codes or events."""
+    codes = [p["exitCode"] for p in policies if "exitCode" in p]
+    events = [p["event"] for p in policies if "event" in p]
+    assert all(("event" in p or "events" in p) != ("exitCode" in p) for p in policies), policies
+    assert 0 not in codes and len(codes) == len(set(codes)) and len(events) == len(set(events)), policies
+
+
+def test_volcano_policies_follow_the_exit_code_table():
+    from npu_rl.exit_codes import ABORT, RESTART, Exit
+
     _, docs = _render(QWEN, "volcano", 2)
     spec = _job(docs)["spec"]
-    assert {p["event"]: p["action"] for p in spec["policies"]} == {"PodEvicted": "RestartJob",
-                                                                   "PodFailed": "RestartJob"}
+    policies = spec["policies"]
+    _admissible(policies)
+    # The code every bad input ends with (the CLI's one-line errors, the cross-node preflight) aborts.
+    assert UserError("x").exit_code == Exit.BAD_INPUT and Exit.BAD_INPUT in ABORT
+    for code in Exit:
+        if code == Exit.OK:
+            continue
+        action = _volcano_action(policies, "PodFailed", int(code))
+        want = "AbortJob" if code in ABORT else "RestartJob"
+        assert action == want, (code.name, action)
+    # The watchdog's, a lost node's and a frozen node's exits restart; an unknown crash or eviction does too.
+    assert {Exit.HUNG, Exit.NODE_LOST} <= set(RESTART)
+    assert _volcano_action(policies, "PodFailed", 137) == "RestartJob"
+    assert _volcano_action(policies, "PodEvicted", 0) == "RestartJob"
+    # Exit codes are only read from a Failed pod, which needs restartPolicy Never.
+    for task in spec["tasks"]:
+        assert task["template"]["spec"]["restartPolicy"] == "Never"
+    assert spec["maxRetry"] == defaults.K8S_MAX_RETRY
     head = spec["tasks"][0]
     assert head["name"] == "head"
     assert {"event": "TaskCompleted", "action": "CompleteJob"} in head["policies"]
     assert {"svc", "env"} <= set(spec["plugins"])
     worker_args = spec["tasks"][1]["template"]["spec"]["containers"][0]["args"]
     assert worker_args[:3] == ["npu-rl", "ray", "worker"]
+
+
+def test_kuberay_retries_a_failed_job_a_bounded_number_of_times():
+    # KubeRay decides a retry from the Ray job's status, not an exit code (kuberay v1.3.2
+    # ray-operator/controllers/ray/rayjob_controller.go checkBackoffLimitAndUpdateStatusIfNeeded, lines
+    # 426-464): every failure, a bad recipe included, is retried up to backoffLimit times.
+    _, docs = _render(QWEN, "kuberay", 2)
+    assert _job(docs)["spec"]["backoffLimit"] == defaults.K8S_MAX_RETRY
+
+
+def test_pods_may_read_other_processes_stacks():
+    # py-spy (the watchdog's stack dump) needs CAP_SYS_PTRACE in a container.
+    for target in ("volcano", "kuberay"):
+        _, docs = _render(QWEN, target, 2)
+        text = yaml.safe_dump(_job(docs))
+        assert text.count("SYS_PTRACE") == 2, target
 
 
 def test_kuberay_registers_npus_through_ray_start_params():

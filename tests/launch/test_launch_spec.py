@@ -75,6 +75,8 @@ def test_training_without_a_worker_report_is_stopped(tmp_path, monkeypatch):
     import time
 
     from npu_rl.launcher.train import _run
+    from npu_rl.launcher.watchdog import StepClock
+    from npu_rl.recipe.schema import WatchdogSpec
 
     monkeypatch.setenv("NPU_RL_WORKSPACE", str(tmp_path))
     spec = dataclasses.replace(
@@ -82,9 +84,41 @@ def test_training_without_a_worker_report_is_stopped(tmp_path, monkeypatch):
         argv=(sys.executable, "-c", "import time; print('(TaskRunner pid=1) step:1 - actor/pg_loss:0.1', "
                                     "flush=True); time.sleep(60)"))
     t0 = time.monotonic()
-    code, error = _run(spec, {}, tmp_path / "train.log")
+    code, error = _run(spec, {}, tmp_path / "train.log", StepClock(WatchdogSpec()))
     assert time.monotonic() - t0 < 30 and code == 1
     assert error.startswith("training started but no Ray worker reported its patches")
     (tmp_path / "workers.json").write_text('{"error": null}')
     spec = dataclasses.replace(spec, argv=(sys.executable, "-c", "print('(TaskRunner pid=1) step:1 - x')"))
-    assert _run(spec, {}, tmp_path / "train.log") == (0, None)
+    assert _run(spec, {}, tmp_path / "train.log", StepClock(WatchdogSpec())) == (0, None)
+
+
+def test_a_driver_that_stops_logging_steps_is_dumped_and_stopped(tmp_path, monkeypatch):
+    """The watchdog on the launcher's own path: step lines, then silence; stacks, one line, Exit.HUNG."""
+    import dataclasses
+    import json
+    import time
+
+    from npu_rl.exit_codes import Exit
+    from npu_rl.launcher.train import _run
+    from npu_rl.launcher.watchdog import StepClock
+    from npu_rl.recipe.schema import WatchdogSpec
+
+    monkeypatch.setenv("NPU_RL_WORKSPACE", str(tmp_path))
+    (tmp_path / "workers.json").write_text('{"error": null}')
+    driver = ("import time\n"
+              "for k in (1, 2, 3):\n"
+              "    print(f'(TaskRunner pid=1) step:{k} - x', flush=True); time.sleep(0.3)\n"
+              "def collective_that_never_returns():\n"
+              "    time.sleep(600)\n"
+              "collective_that_never_returns()\n")
+    spec = dataclasses.replace(build_launch(load_recipe("tiny_math_cpu")), attest_file=tmp_path / "workers.json",
+                               log_dir=tmp_path / "logs", argv=(sys.executable, "-c", driver))
+    spec.log_dir.mkdir()
+    t0 = time.monotonic()
+    code, error = _run(spec, {}, tmp_path / "train.log", StepClock(WatchdogSpec(floor_s=3, dump_timeout_s=10)))
+    assert code == Exit.HUNG and time.monotonic() - t0 < 60
+    assert error.startswith("run hung: step 4 did not complete in ") and "allowance 3s" in error, error
+    (dump,) = spec.log_dir.glob("hang-*")
+    assert str(dump) in error
+    summary = json.loads((dump / "summary.json").read_text())
+    assert "collective_that_never_returns" in summary["driver"][0]["stack"]

@@ -42,3 +42,31 @@ def test_a_worker_started_without_the_runs_runtime_env_is_named(monkeypatch):
     assert good["patches"] == ["file_logger", "attest"]
     assert verdict["error"].startswith("patch(es) attest, file_logger not active in 1 of 2 Ray workers")
     assert f"pid {bare_pid}" in verdict["error"]
+
+
+def test_a_patch_installed_everywhere_that_changed_nothing_is_named(monkeypatch):
+    import ray
+
+    selected = ["file_logger", "attest"]
+    with LocalRayHead(port=None, num_cpus=2, npus=0, env={}) as head:
+        monkeypatch.setenv("NPU_RL_PATCHES", ",".join(selected))
+        ray.init(address=head.address, logging_level="ERROR", log_to_driver=False)
+        try:
+            @ray.remote(num_cpus=0)
+            class Worker:
+                def use_tracking(self):
+                    import verl.utils.tracking  # noqa: F401 - file_logger's module: its patch applies
+
+            idle = Worker.options(runtime_env={"env_vars": env_for(selected)}).remote()
+            idle_verdict = attest(SimpleNamespace(actor_rollout_wg=SimpleNamespace(workers=[idle])))
+            busy = Worker.options(runtime_env={"env_vars": env_for(selected)}).remote()
+            ray.get(busy.use_tracking.remote())
+            busy_verdict = attest(SimpleNamespace(actor_rollout_wg=SimpleNamespace(workers=[busy])))
+        finally:
+            ray.shutdown()
+    # Nothing imported verl's tracking or trainer: both patches are hooks that never fired.
+    assert idle_verdict["workers"][0]["patches"] == selected and idle_verdict["workers"][0]["applied"] == {}
+    assert idle_verdict["error"].startswith("patch(es) file_logger, attest installed but applied to none")
+    (worker,) = busy_verdict["workers"]
+    assert worker["applied"] == {"file_logger": ["verl.utils.tracking:_patch"]}
+    assert busy_verdict["error"].startswith("patch(es) attest installed but applied to none"), busy_verdict

@@ -1,0 +1,147 @@
+"""Cross-node preflight: every node of the cluster runs the same stack, agrees on the
+variables that must agree, and sees the same checkpoint directory.
+
+Run by ``npu-rl train`` on a multi-node cluster after all nodes joined and before
+verl starts, through Ray itself: one task per node, pinned there, with no
+``runtime_env`` of its own, so it sees what that node's raylet (``npu-rl ray
+head|worker`` and the pod spec) gave it, which is what verl's workers inherit
+under the run's runtime_env.
+
+- Versions: npu-rl, verl, torch, torch_npu, transformers, CANN's toolkit and
+  the NPU driver. Ray checks its own version when a node joins.
+- Variables: the HCCL timeouts and every other ``HCCL_*``, the socket interface
+  variables and every ``NPU_RL_*``, set on one node and unset on another
+  included. The run's runtime_env overrides the ones the recipe sets on every
+  worker, so those cannot differ and are not compared; nor are the ones that
+  name the node itself (:data:`PER_NODE`).
+- The checkpoint directory: each node writes a sentinel there, then each node
+  must see every other node's. A node-local directory (a hostPath, a disk per
+  node instead of the ReadWriteMany claim) is refused now, not found at the
+  first resume, when the head cannot read the workers' shards.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import uuid
+from dataclasses import dataclass
+from importlib import metadata
+from pathlib import Path
+
+from ..errors import UserError
+from .network import IFNAME_VARS
+
+PACKAGES = ("npu-rl", "verl", "torch", "torch_npu", "transformers")
+AGREE_PREFIXES = ("HCCL_", "NPU_RL_")
+AGREE_NAMES = IFNAME_VARS
+# Different on every node by design: the node's own address, its raylet's ports and socket paths.
+PER_NODE = frozenset({"HCCL_IF_IP", "NPU_RL_RAY_ARGS"})
+SENTINELS = ".npu-rl-nodes"
+
+
+@dataclass(frozen=True)
+class NodeFacts:
+    node_ip: str
+    node_id: str
+    versions: dict[str, str | None]
+    env: dict[str, str]
+
+
+def _version(dist: str) -> str | None:
+    try:
+        return metadata.version(dist)
+    except metadata.PackageNotFoundError:
+        return None
+
+
+def local_facts(node_ip: str, node_id: str, exclude: frozenset[str] = frozenset()) -> NodeFacts:
+    from ..platform import cann
+
+    versions = {p: _version(p) for p in PACKAGES}
+    root = cann.ascend_root()
+    versions["CANN"] = cann.toolkit_version(root)
+    versions["driver"] = cann.driver_version(root)
+    env = {k: v for k, v in os.environ.items()
+           if (k.startswith(AGREE_PREFIXES) or k in AGREE_NAMES) and k not in PER_NODE and k not in exclude}
+    return NodeFacts(node_ip, node_id, versions, env)
+
+
+def mismatches(facts: list[NodeFacts]) -> list[str]:
+    """One phrase per fact on which the nodes differ, naming each value and its nodes."""
+    out = []
+
+    def compare(what: str, values: dict[str, str | None]) -> None:
+        by_value: dict[str | None, list[str]] = {}
+        for node, value in values.items():
+            by_value.setdefault(value, []).append(node)
+        if len(by_value) > 1:
+            parts = [f"{'unset' if v is None else repr(v)} on {', '.join(nodes)}" for v, nodes in by_value.items()]
+            out.append(f"{what}: {'; '.join(parts)}")
+
+    names = {f"{f.node_ip} ({f.node_id[:8]})": f for f in facts}
+    for key in facts[0].versions:
+        compare(key, {n: f.versions.get(key) for n, f in names.items()})
+    for var in sorted({k for f in facts for k in f.env}):
+        compare(var, {n: f.env.get(var) for n, f in names.items()})
+    return out
+
+
+def _probe_node(ip: str, ckpt_root: str, token: str, exclude: list[str]) -> dict:
+    import ray
+
+    facts = local_facts(ip, ray.get_runtime_context().get_node_id(), frozenset(exclude))
+    error = None
+    try:
+        folder = Path(ckpt_root) / SENTINELS / token
+        folder.mkdir(parents=True, exist_ok=True)
+        (folder / facts.node_id).write_text(ip, encoding="utf-8")
+    except OSError as err:
+        error = f"cannot write to {ckpt_root}: {err.strerror or err}"
+    return {"facts": facts.__dict__, "error": error}
+
+
+def _seen_by_node(ckpt_root: str, token: str) -> list[str]:
+    folder = Path(ckpt_root) / SENTINELS / token
+    return sorted(p.name for p in folder.iterdir()) if folder.is_dir() else []
+
+
+def check_cluster(ckpt_root: Path, exclude: set[str], timeout: float = 120.0) -> list[NodeFacts]:
+    """Raise UserError (exit 2) naming the nodes and values that disagree; needs a connected ``ray``."""
+    import ray
+    from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+
+    nodes = [n for n in ray.nodes() if n.get("Alive")]
+    token = uuid.uuid4().hex[:12]
+    probe = ray.remote(num_cpus=0, max_retries=0)(_probe_node)
+    look = ray.remote(num_cpus=0, max_retries=0)(_seen_by_node)
+
+    def on_each(fn, *args, with_ip=False):
+        # The node's address as its raylet registered it (a worker process's own guess may be another interface).
+        return ray.get([fn.options(scheduling_strategy=NodeAffinitySchedulingStrategy(n["NodeID"], soft=False))
+                        .remote(*([n["NodeManagerAddress"]] if with_ip else []), *args) for n in nodes],
+                       timeout=timeout)
+
+    ckpt_root.mkdir(parents=True, exist_ok=True)
+    try:
+        probed = on_each(probe, str(ckpt_root), token, sorted(exclude), with_ip=True)
+        facts = [NodeFacts(**p["facts"]) for p in probed]
+        unwritable = [f"{f.node_ip} ({f.node_id[:8]}): {p['error']}" for f, p in zip(facts, probed) if p["error"]]
+        if unwritable:
+            raise UserError("checkpoint directory not writable on every node: " + "; ".join(unwritable))
+        differ = mismatches(facts)
+        if differ:
+            raise UserError(f"the {len(facts)} nodes of the cluster disagree, no step was trained: "
+                            + " | ".join(differ))
+        everyone = {f.node_id for f in facts}
+        blind = [(f, everyone - set(seen)) for f, seen in zip(facts, on_each(look, str(ckpt_root), token))]
+        blind = [(f, missing) for f, missing in blind if missing]
+        if blind:
+            f, missing = blind[0]
+            others = ", ".join(sorted(g.node_ip + f" ({g.node_id[:8]})" for g in facts if g.node_id in missing))
+            raise UserError(f"checkpoint directory {ckpt_root} is not shared: node {f.node_ip} ({f.node_id[:8]}) "
+                            f"does not see what {others} wrote there ({len(blind)} of {len(facts)} nodes are "
+                            "blind to others); mount the same ReadWriteMany volume on every node")
+        return facts
+    finally:
+        shutil.rmtree(ckpt_root / SENTINELS / token, ignore_errors=True)

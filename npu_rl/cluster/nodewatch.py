@@ -1,0 +1,98 @@
+"""Which node left the cluster while a run trained, and at which step.
+
+verl stops on its own when a node goes (an actor dies: seconds for a killed
+node; Ray's node health check for a frozen one, about a minute with Ray's
+defaults), but its last line says only that an actor died. The launcher keeps a
+Ray connection for the run and polls the node table from a thread; a node counts
+as gone when Ray marks it dead, or when its raylet's port stops accepting
+connections (a killed pod is seen before Ray's health check gives up on it). A
+frozen node still accepts connections (the kernel answers for it), so it is
+reported when Ray's health check declares it dead.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from .probe import Address, port_open
+
+
+@dataclass(frozen=True)
+class Departure:
+    node_ip: str
+    node_id: str
+    step: int | None  # the last step completed when it was noticed
+    reason: str
+
+    def line(self) -> str:
+        at = f"step {self.step}" if self.step is not None else "before the first step"
+        return f"node {self.node_ip} ({self.node_id}) left the cluster at {at}; {self.reason}"
+
+
+def _raylet(node: dict) -> Address:
+    return Address(node["NodeManagerAddress"], int(node["NodeManagerPort"]))
+
+
+class NodeWatch:
+    """Polls ``ray.nodes()`` (a connected driver) every ``poll`` seconds from a daemon thread."""
+
+    def __init__(self, current_step: Callable[[], int | None], poll: float = 2.0):
+        self.current_step = current_step
+        self.poll = poll
+        self.gone: dict[str, Departure] = {}
+        self._members: dict[str, dict] = {}
+        self._lock = threading.Lock()
+        self._done = threading.Event()
+        self._thread = threading.Thread(target=self._loop, name="npu-rl-nodewatch", daemon=True)
+
+    def start(self) -> "NodeWatch":
+        import ray
+
+        self._members = {n["NodeID"]: n for n in ray.nodes() if n.get("Alive")}
+        self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        self._done.set()
+        self._thread.join(timeout=self.poll + 5)
+
+    def check(self) -> None:
+        import ray
+
+        table = {n["NodeID"]: n for n in ray.nodes()}
+        for node_id, node in self._members.items():
+            if node_id in self.gone:
+                continue
+            now = table.get(node_id, {})
+            reason = None
+            if not now.get("Alive", False):
+                why = now.get("DeathReasonMessage") or "Ray marked it dead"
+                reason = f"Ray: {why}"
+            elif not port_open(_raylet(node), timeout=1.0):
+                reason = f"its raylet at {_raylet(node)} refuses connections (the node or its pod was killed)"
+            if reason:
+                with self._lock:
+                    self.gone[node_id] = Departure(node["NodeManagerAddress"], node_id, self.current_step(), reason)
+
+    def settle(self, seconds: float) -> list[Departure]:
+        """After the run failed: give a departure that caused it time to show, then report all."""
+        deadline = time.monotonic() + seconds
+        self.check()
+        while not self.gone and time.monotonic() < deadline:
+            time.sleep(0.5)
+            self.check()
+        return self.departures()
+
+    def departures(self) -> list[Departure]:
+        with self._lock:
+            return list(self.gone.values())
+
+    def _loop(self) -> None:
+        while not self._done.wait(self.poll):
+            try:
+                self.check()
+            except Exception:  # noqa: BLE001 - the GCS itself going away ends the run anyway
+                return

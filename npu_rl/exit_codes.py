@@ -1,0 +1,29 @@
+"""Every exit code an npu-rl process ends with, in one table.
+
+The rendered Volcano and KubeRay manifests read it (which codes restart a job and
+which abort it), the README's "When a run fails on a cluster" table and the tests
+read it; nothing restates a number.
+"""
+
+from __future__ import annotations
+
+from enum import IntEnum
+
+
+class Exit(IntEnum):
+    OK = 0
+    FAILED = 1  # the training (verl) failed on its own; the log says why
+    BAD_INPUT = 2  # bad recipe, flag or file, or a cross-node mismatch: retrying cannot help
+    JOIN_TIMEOUT = 3  # worker: the head never became reachable, or Ray never joined it
+    HEAD_LOST = 4  # worker: the head went away after this node joined
+    CLUSTER_TIMEOUT = 5  # head/wait: nodes or NPUs still missing at the deadline
+    RAY_FAILED = 6  # `ray start` failed to come up or died on its own
+    HUNG = 7  # train: no step completed within the watchdog's allowance; stacks dumped, run stopped
+    NODE_LOST = 8  # train: a node left the cluster (killed, or frozen past Ray's health check) mid-run
+    TERMINATED = 143  # SIGTERM (pod deletion, job completion); 128 + 15 as a shell reports it
+
+
+# What a cluster job does with each code when a pod exits with it. A restart resumes from the newest
+# complete checkpoint (npu-rl train --resume auto); a bad configuration fails the same way every time.
+RESTART = (Exit.HUNG, Exit.NODE_LOST, Exit.HEAD_LOST, Exit.CLUSTER_TIMEOUT, Exit.RAY_FAILED, Exit.JOIN_TIMEOUT)
+ABORT = (Exit.BAD_INPUT,)

@@ -1,0 +1,49 @@
+"""A fingerprint of each step's training batch in the step's metrics (``batch/fingerprint``).
+
+A resumed run must train on the batches the uninterrupted run would have: verl
+restores the dataloader's position from ``data.pt`` in the checkpoint
+(``RayPPOTrainer._load_checkpoint``), and nothing shows whether it did. The
+fingerprint hashes the prompt token ids of every sample of the step (verl's
+``uid`` is a fresh uuid4 per run, so it cannot be compared), sorted, so that
+``balance_batch``'s reordering across ranks does not change it. It is a 48-bit
+integer: exact as a float in every logger backend.
+
+verl computes the step's data metrics with ``compute_data_metrics(batch=...)``,
+imported by name into ``ray_trainer`` and called once per step in ``fit``; the
+patch wraps that name.
+"""
+
+from __future__ import annotations
+
+import functools
+import hashlib
+
+from .guard import Patch
+
+PATCH_NAME = "batch_fingerprint"
+RAY_TRAINER = "verl.trainer.ppo.ray_trainer"
+METRIC = "batch/fingerprint"
+FINGERPRINTS = {
+    f"{RAY_TRAINER}:RayPPOTrainer.fit": "3661c861fcee4890",
+    "verl.trainer.ppo.metric_utils:compute_data_metrics": "683347d0d391b74b",
+}
+PATCH = Patch(PATCH_NAME, FINGERPRINTS)
+
+
+def batch_fingerprint(prompts) -> int:
+    """Order-independent hash of the rows of a 2-d integer tensor (the left-padded prompt ids)."""
+    rows = sorted(hashlib.sha256(row.tobytes()).digest() for row in prompts.cpu().numpy())
+    return int.from_bytes(hashlib.sha256(b"".join(rows)).digest()[:6], "big")
+
+
+@PATCH.applies_to(RAY_TRAINER, also=("verl.trainer.ppo.metric_utils",))
+def patch_ray_trainer(module) -> None:
+    original = module.compute_data_metrics
+
+    @functools.wraps(original)
+    def compute_data_metrics(batch, *args, **kwargs):
+        metrics = original(batch, *args, **kwargs)
+        metrics[METRIC] = batch_fingerprint(batch.batch["prompts"])
+        return metrics
+
+    module.compute_data_metrics = compute_data_metrics

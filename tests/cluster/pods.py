@@ -1,0 +1,199 @@
+"""The pods of a rendered Volcano job, run as processes on this machine.
+
+The head and worker commands and their environment are read from the Volcano manifest that
+`npu-rl render k8s` produces for the recipe; only what a pod gets from Kubernetes is supplied here:
+the volume mounts (the ConfigMap's recipe file and the workspace claim, mapped to temp dirs),
+Volcano's ``env``/``svc`` variables (both pods on 127.0.0.1), and per-raylet ports, since two
+raylets share this machine (``NPU_RL_RAY_ARGS``). Each pod is its own session, so a signal to its
+process group reaches everything it started, as the kubelet's does. Running the same pods again is
+what Volcano's RestartJob does.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import psutil
+import yaml
+
+from npu_rl.cli import main
+from npu_rl.launcher import run_files
+from npu_rl.recipe import load_recipe
+from npu_rl.render.k8s import K8sOptions, render_text
+
+from test_ray_cluster import HEAD_PORT_FLAGS, NODE_PORT_FLAGS, free_ports, port_args, processes_naming, wait_until
+
+MOUNTS = ("/etc/npu-rl", "/workspace")
+TASKS = ("worker", "head")
+
+
+def _pod(doc: dict, task: str) -> dict:
+    spec = next(t for t in doc["spec"]["tasks"] if t["name"] == task)["template"]["spec"]
+    (container,) = spec["containers"]
+    return container
+
+
+def _mapped(text: str, mounts: dict[str, Path]) -> str:
+    for inside, outside in mounts.items():
+        text = text.replace(inside, str(outside))
+    return text
+
+
+class Pods:
+    """One Volcano job's pods on 127.0.0.1; ``start()`` runs them (again), ``kill`` signals one."""
+
+    def __init__(self, recipe, work: Path):
+        self.recipe, self.work = recipe, work
+        self.ws, self.etc, self.temp = work / "ws", work / "etc", work / "ray"
+        for d in (self.ws, self.etc, self.temp):
+            d.mkdir(exist_ok=True)
+        self.runs = 0
+        self.procs: dict[str, subprocess.Popen] = {}
+        self.logs: dict[str, Path] = {}
+
+    def in_ws(self, fn):
+        old = os.environ.get("NPU_RL_WORKSPACE")
+        os.environ["NPU_RL_WORKSPACE"] = str(self.ws)
+        try:
+            return fn()
+        finally:
+            if old is None:
+                os.environ.pop("NPU_RL_WORKSPACE")
+            else:
+                os.environ["NPU_RL_WORKSPACE"] = old
+
+    def start(self, env: dict[str, dict[str, str]] | None = None,
+              wrap: dict[str, list[str]] | None = None) -> "Pods":
+        """Start both pods; ``env[task]`` adds pod variables, ``wrap[task]`` prefixes its command."""
+        self.runs += 1
+        ports = iter(free_ports(1 + len(HEAD_PORT_FLAGS) + 2 * len(NODE_PORT_FLAGS)))
+        gcs = next(ports)
+        docs = list(yaml.safe_load_all(render_text(self.recipe, "volcano", options=K8sOptions(ray_port=gcs))))
+        configmap = next(d for d in docs if d and d["kind"] == "ConfigMap")
+        job = next(d for d in docs if d and d["kind"] == "Job")
+        mounts = dict(zip(MOUNTS, (self.etc, self.ws)))
+        for name, text in configmap["data"].items():
+            (self.etc / name).write_text(text)
+        bin_dir = Path(sys.executable).parent
+        # A restarted pod is a new container: nothing of the last run's Ray session or sockets is there.
+        temp = self.temp / f"r{self.runs}"
+        temp.mkdir()
+        volcano = {"VC_TASK_INDEX": "0", "VC_HEAD_HOSTS": "127.0.0.1", "VC_HEAD_NUM": "1",
+                   "VC_WORKER_HOSTS": "127.0.0.1", "VC_WORKER_NUM": "1"}
+        self.head_args: list[str] = []
+        for task in TASKS:
+            pod = _pod(job, task)
+            args = [_mapped(a, mounts) for a in pod["args"]]
+            if task == "head":
+                self.head_args = args
+            penv = {k: v for k, v in os.environ.items() if not k.startswith(("VC_", "RAY_", "NPU_RL_", "HCCL_"))}
+            penv.update({e["name"]: _mapped(e["value"], mounts) for e in pod["env"]})
+            sockets = (f"--raylet-socket-name {temp / ('r-' + task)} "
+                       f"--plasma-store-socket-name {temp / ('p-' + task)}")
+            # Ray waits 20 s for its dashboard to register (ray 2.46 _private/services.py start_api_server,
+            # 200 polls of 0.1 s), which two raylets and a test on 2 loaded cores can miss; nothing here
+            # reads the dashboard, so the head pod's runs without it.
+            extra = port_args(HEAD_PORT_FLAGS, ports) + " --include-dashboard=false " if task == "head" else ""
+            penv.update(volcano, PATH=f"{bin_dir}:{penv['PATH']}", NPU_RL_IFNAME="lo", PYTHONUNBUFFERED="1",
+                        NPU_RL_RAY_ARGS=f"--num-cpus 2 --object-store-memory 100000000 --temp-dir {temp} "
+                                        f"{extra}{port_args(NODE_PORT_FLAGS, ports)} {sockets}")
+            penv.update((env or {}).get(task, {}))
+            log = self.work / f"{task}-{self.runs}.log"
+            self.logs[task] = log
+            with open(log, "w") as out:
+                self.procs[task] = subprocess.Popen([*(wrap or {}).get(task, []), *args], cwd=self.ws, env=penv,
+                                                    stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
+        return self
+
+    def log(self, task: str) -> str:
+        return self.logs[task].read_text(errors="replace")
+
+    def wait_for_step(self, step: int, timeout: float = 400) -> None:
+        wait_until(lambda: f"step:{step} - " in self.log("head") or self.procs["head"].poll() is not None,
+                   timeout, f"step {step} in the head's log", poll=0.5)
+        assert f"step:{step} - " in self.log("head"), self.log("head")[-3000:]
+
+    def tree(self, task: str) -> list[psutil.Process]:
+        """Every process of a pod: its command and all it started (orphans re-parent to it: npu-rl's
+        commands are child subreapers), as a pod's PID namespace holds them."""
+        try:
+            root = psutil.Process(self.procs[task].pid)
+            return [root, *root.children(recursive=True)]
+        except psutil.Error:
+            return []
+
+    def kill(self, task: str, sig: int = signal.SIGKILL) -> None:
+        """Signal every process of a pod at once, as a dead host or a frozen one would have it."""
+        for p in self.tree(task):
+            try:
+                p.send_signal(sig)
+            except psutil.Error:
+                pass
+
+    def wait(self, timeout: float = 600) -> dict[str, int]:
+        """Both pods' exit codes (the worker's after the head's), once no process of the cluster is left."""
+        codes = {"head": self.procs["head"].wait(timeout=timeout)}
+        codes["worker"] = self.procs["worker"].wait(timeout=120)
+        wait_until(lambda: not self.left(), 60, "the cluster's processes to exit")
+        return codes
+
+    def left(self) -> list[psutil.Process]:
+        return processes_naming(str(self.temp))
+
+    def cleanup(self) -> None:
+        for task in TASKS:
+            if task in self.procs:
+                self.kill(task, signal.SIGCONT)
+                self.kill(task)
+        for p in self.left():
+            p.kill()
+
+    def metrics(self) -> dict[int, dict]:
+        """Every step's metrics, the latest segment's where a restart logged a step again."""
+        rows: dict[int, dict] = {}
+        root = self.in_ws(lambda: run_files.log_root(self.recipe))
+        for path in sorted(root.glob("metrics-from-step-*.jsonl"),
+                           key=lambda p: (int(p.stem.rsplit("-", 1)[1]), p.stat().st_mtime)):
+            for line in path.read_text().splitlines():
+                row = json.loads(line)
+                rows[row["step"]] = row["data"]
+        return rows
+
+    def worker_processes(self, title: str = "ray::WorkerDict") -> list[psutil.Process]:
+        """Ray worker processes of the worker pod whose title starts with ``title``."""
+        found = []
+        for p in self.tree("worker"):
+            try:
+                if (p.cmdline() or [""])[0].startswith(title):
+                    found.append(p)
+            except psutil.Error:
+                pass
+        return found
+
+
+def elapsed(since: float) -> float:
+    return time.monotonic() - since
+
+
+STEPS = 6
+# save_freq 1: every step is a restart point; no validation: the runs compare batches, not accuracy.
+SETS = {"resources.nnodes": 2, "resources.devices_per_node": 1, "algorithm.total_training_steps": STEPS,
+        "checkpoint.save_freq": 1, "checkpoint.test_freq": -1, "checkpoint.max_to_keep": 8}
+
+
+def prepared_pods(experiment: str) -> Pods:
+    """A fresh workspace with the tiny model and the sample data, and the job's pods (not started)."""
+    work = Path(tempfile.mkdtemp(prefix="nmn", dir="/tmp"))  # short: Ray's socket paths have a length limit
+    recipe = load_recipe("tiny_math_cpu", {**SETS, "logging.experiment": experiment})
+    pods = Pods(recipe, work)
+    assert pods.in_ws(lambda: main(["model", "tiny", "--out", str(run_files.model_dir(recipe)),
+                                    "--warm-start-steps", "50"])) == 0
+    assert main(["data", "math", "--from", "sample", "--out", str(pods.ws / "data" / "math-sample")]) == 0
+    return pods

@@ -1,0 +1,188 @@
+"""Faults of a 2-node CPU job run from its rendered Volcano pods, and the restarts Volcano's RestartJob
+makes of them: the same pods run again, resuming from the newest complete checkpoint.
+
+One workspace goes through, in order: two preflight refusals (a variable set on one node only; a
+checkpoint directory that is not shared), a worker pod killed at step 2, a hung FSDP rank (one worker
+process SIGSTOPped) at step 3, every pod killed at once at step 4, a frozen worker pod (every process
+SIGSTOPped) at step 5, and a last restart that finishes. Every resumed step must train on the batch
+the uninterrupted run (the ``uninterrupted`` fixture) trained on at that step.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import shutil
+import signal
+import time
+
+import pytest
+
+from npu_rl.exit_codes import Exit
+from npu_rl.launcher import run_files
+from npu_rl.patches.batch_fingerprint import METRIC
+
+from pods import STEPS, prepared_pods
+
+pytestmark = [pytest.mark.e2e, pytest.mark.timeout(2400)]
+
+# Ray's node health check (2.46 defaults: a check every 3 s, 10 s timeout, dead after 5 failures) and
+# verl's own exit; the head must be out within this after a node was killed or frozen.
+NODE_FAULT_EXIT_S = 90
+
+
+def _error_lines(log: str) -> list[str]:
+    return [ln for ln in log.splitlines() if ln.startswith("npu-rl: error:")]
+
+
+@pytest.fixture(scope="module")
+def chain(request):
+    pods = prepared_pods("faults")
+    out: dict = {"pods": pods}
+    try:
+        ckpt = pods.in_ws(lambda: run_files.checkpoint_root(pods.recipe))
+
+        # 1. A variable set on one node and not on the other.
+        pods.start(env={"worker": {"HCCL_EXEC_TIMEOUT": "17"}})
+        out["env_mismatch"] = {"codes": pods.wait(), "log": pods.log("head"), "left": pods.left(),
+                               "steps": pods.in_ws(lambda: run_files.saved_steps(pods.recipe))}
+
+        # 2. The worker node sees a disk of its own where the checkpoints go (a node-local volume).
+        local = pods.work / "node-local"
+        local.mkdir()
+        ckpt.mkdir(parents=True, exist_ok=True)
+        unshared = ["unshare", "--mount", "--propagation", "private", "sh", "-c",
+                    'mount --bind "$1" "$2" && shift 2 && exec "$@"', "sh", str(local), str(ckpt)]
+        pods.start(wrap={"worker": unshared})
+        out["unshared"] = {"codes": pods.wait(), "log": pods.log("head"), "left": pods.left(),
+                           "steps": pods.in_ws(lambda: run_files.saved_steps(pods.recipe))}
+
+        # 3. The worker pod killed at step 2.
+        pods.start()
+        pods.wait_for_step(2)
+        t0 = time.monotonic()
+        pods.kill("worker")
+        out["killed"] = {"codes": pods.wait(), "seconds": time.monotonic() - t0, "log": pods.log("head"),
+                         "left": pods.left()}
+
+        # 4. One FSDP rank hangs (its process stopped) after step 3; its node stays healthy.
+        pods.start()
+        pods.wait_for_step(3)
+        (rank,) = pods.worker_processes()
+        t0 = time.monotonic()
+        rank.send_signal(signal.SIGSTOP)
+        out["hung"] = {"codes": pods.wait(), "seconds": time.monotonic() - t0, "log": pods.log("head"),
+                       "left": pods.left(), "pid": rank.pid,
+                       "dumps": sorted(pods.in_ws(lambda: run_files.log_root(pods.recipe)).glob("hang-*"))}
+
+        # 5. Every pod killed at once after step 4 (a power cut, a job deleted with --force).
+        pods.start()
+        pods.wait_for_step(4)
+        pods.kill("worker")
+        pods.kill("head")
+        out["all_killed"] = {"codes": pods.wait(), "left": pods.left()}
+
+        # 6. The worker pod frozen after step 5: every process stopped, its ports still accept connections.
+        pods.start()
+        pods.wait_for_step(5)
+        t0 = time.monotonic()
+        pods.kill("worker", signal.SIGSTOP)
+        head_rc = pods.procs["head"].wait(timeout=300)
+        out["frozen"] = {"head_rc": head_rc, "seconds": time.monotonic() - t0, "log": pods.log("head")}
+        pods.kill("worker", signal.SIGKILL)  # Volcano deletes the frozen pod when it restarts the job
+        pods.wait()
+
+        # 7. The last restart finishes the run.
+        pods.start()
+        out["finished"] = {"codes": pods.wait(), "log": pods.log("head"), "left": pods.left()}
+        out["metrics"] = pods.metrics()
+        # The measured times, for whoever reads the run afterwards (`pytest --cache-show 'npu_rl/*'`).
+        request.config.cache.set("npu_rl/cluster_faults", {
+            "killed_worker_to_head_exit_s": round(out["killed"]["seconds"], 1),
+            "hung_rank_to_head_exit_s": round(out["hung"]["seconds"], 1),
+            "frozen_worker_to_head_exit_s": round(out["frozen"]["seconds"], 1),
+            "watchdog_floor_s": pods.recipe.watchdog.floor_s,
+            "resumed_from": [int(m) for m in re.findall(r"resuming faults from global_step_(\d+)", "".join(
+                pods.work.joinpath(f"head-{i}.log").read_text(errors="replace") for i in range(1, pods.runs + 1)))],
+        })
+        yield out
+    finally:
+        pods.cleanup()
+        shutil.rmtree(pods.work, ignore_errors=True)
+
+
+def test_a_variable_set_on_one_node_only_is_refused_before_training(chain):
+    run = chain["env_mismatch"]
+    assert run["codes"]["head"] == Exit.BAD_INPUT, run["log"][-3000:]
+    (line,) = _error_lines(run["log"])
+    # Ray registers a node started on 127.0.0.1 under the host's address; the two nodes differ by id.
+    assert re.search(r"HCCL_EXEC_TIMEOUT: '17' on \S+ \(\w{8}\); unset on \S+ \(\w{8}\)$", line), line
+    assert "step:" not in run["log"] and run["steps"] == [] and run["left"] == []
+
+
+def test_a_checkpoint_directory_that_is_not_shared_is_refused_before_training(chain):
+    run = chain["unshared"]
+    assert run["codes"]["head"] == Exit.BAD_INPUT, run["log"][-3000:]
+    (line,) = _error_lines(run["log"])
+    assert "is not shared" in line and "ReadWriteMany" in line, line
+    assert "step:" not in run["log"] and run["steps"] == [] and run["left"] == []
+
+
+def test_a_killed_worker_pod_is_named_and_the_head_exits_to_be_restarted(chain):
+    run = chain["killed"]
+    assert run["codes"]["head"] == Exit.NODE_LOST, run["log"][-3000:]
+    assert run["seconds"] < NODE_FAULT_EXIT_S
+    (line,) = _error_lines(run["log"])
+    assert re.match(r"npu-rl: error: node \S+ \([0-9a-f]{56}\) left the cluster at step 2; ", line), line
+    assert run["left"] == []
+
+
+def test_a_hung_rank_is_caught_by_the_watchdog_with_every_stack(chain):
+    run = chain["hung"]
+    log = run["log"]
+    assert run["codes"]["head"] == Exit.HUNG, log[-3000:]
+    spec = chain["pods"].recipe.watchdog
+    # floor (one step seen since the resume), plus the dump (py-spy per process) and the stop
+    assert run["seconds"] < spec.floor_s + 60, run["seconds"]
+    (line,) = _error_lines(log)
+    assert "run hung: step 4 did not complete" in line, line
+    assert f"pid {run['pid']} ray::WorkerDict" in line and "is stopped" in line, line
+    (dump,) = run["dumps"]
+    assert str(dump) in line
+    summary = json.loads((dump / "summary.json").read_text())
+    workers = [p for n in summary["nodes"] for p in n["processes"] if p["title"].startswith("ray::WorkerDict")]
+    assert len(workers) == 2 and all(p["stack"] and not p["error"] for p in workers), workers
+    stopped = [p for p in workers if p["pid"] == run["pid"]]
+    assert stopped and stopped[0]["status"] == "stopped"
+    # The rank that still runs waits in a collective; its frames are in the dump.
+    other = [p for p in workers if p["pid"] != run["pid"]]
+    assert "distributed_c10d" in other[0]["stack"], other[0]["stack"][:2000]
+    assert any(p["title"].startswith("ray::TaskRunner") for n in summary["nodes"] for p in n["processes"])
+    assert summary["driver"] and "main_ppo" in summary["driver"][0]["stack"] + summary["driver"][0]["title"]
+    assert run["left"] == []
+
+
+def test_killing_every_pod_at_once_leaves_nothing_running(chain):
+    assert chain["all_killed"]["left"] == []
+
+
+def test_a_frozen_worker_pod_is_named_once_rays_health_check_gives_up(chain):
+    run = chain["frozen"]
+    assert run["head_rc"] == Exit.NODE_LOST, run["log"][-3000:]
+    assert run["seconds"] < NODE_FAULT_EXIT_S
+    (line,) = _error_lines(run["log"])
+    assert re.match(r"npu-rl: error: node \S+ \([0-9a-f]{56}\) left the cluster at step 5; ", line), line
+
+
+def test_every_restart_resumes_and_trains_on_the_uninterrupted_runs_batches(chain, uninterrupted):
+    run = chain["finished"]
+    assert run["codes"]["head"] == 0, run["log"][-3000:]
+    assert "resuming faults from global_step_5" in run["log"]
+    assert f"step:{STEPS} - " in run["log"] and run["left"] == []
+    resumed = chain["metrics"]
+    reference = uninterrupted["pods"].metrics()
+    assert sorted(resumed) == sorted(reference) == list(range(1, STEPS + 1))
+    # Each restart began where the checkpoint of the step before left off, on that step's batch.
+    for step in range(1, STEPS + 1):
+        assert resumed[step][METRIC] == reference[step][METRIC], step
+    assert len({reference[s][METRIC] for s in reference}) == STEPS  # the batches differ from step to step
