@@ -54,7 +54,6 @@ def plot_panel(
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
-    from matplotlib.ticker import MaxNLocator
 
     fig, ax = plt.subplots(figsize=(7.5, 3.6), dpi=110)
     try:
@@ -88,19 +87,26 @@ def plot_panel(
                 color=color,
                 va="top",
             )
-        ax.set_title(title)
-        ax.set_xlabel("step")
-        if ylabel:
-            ax.set_ylabel(ylabel)
-        ax.xaxis.set_major_locator(MaxNLocator(integer=True))
-        ax.grid(True, alpha=0.3)
-        ax.legend(fontsize=7, loc="best")
-        fig.tight_layout()
-        path.parent.mkdir(parents=True, exist_ok=True)
-        fig.savefig(path)
+        _save(fig, ax, title, ylabel, path)
     finally:
         plt.close(fig)
     return path
+
+
+def _save(fig, ax, title: str, ylabel: str | None, path: Path, grid_axis: str = "both") -> None:
+    """The axes every chart of the report shares (title, integer steps, grid, legend), written to ``path``."""
+    from matplotlib.ticker import MaxNLocator
+
+    ax.set_title(title)
+    ax.set_xlabel("step")
+    if ylabel:
+        ax.set_ylabel(ylabel)
+    ax.xaxis.set_major_locator(MaxNLocator(integer=True))
+    ax.grid(True, axis=grid_axis, alpha=0.3)
+    ax.legend(fontsize=7, loc="best")
+    fig.tight_layout()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path)
 
 
 def plot_run(series: dict[str, Series], findings: list[Finding], t: Thresholds, out_dir: Path) -> list[Plot]:
@@ -119,7 +125,6 @@ def plot_shares(title: str, steps: list[int], seconds: dict[str, list[float]], p
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
-    from matplotlib.ticker import MaxNLocator
 
     fig, ax = plt.subplots(figsize=(7.5, 3.6), dpi=110)
     try:
@@ -127,15 +132,7 @@ def plot_shares(title: str, steps: list[int], seconds: dict[str, list[float]], p
         for part, values in seconds.items():
             ax.bar(steps, values, bottom=bottom, label=part, width=0.8)
             bottom += np.asarray(values)
-        ax.set_title(title)
-        ax.set_xlabel("step")
-        ax.set_ylabel("seconds")
-        ax.xaxis.set_major_locator(MaxNLocator(integer=True))
-        ax.grid(True, axis="y", alpha=0.3)
-        ax.legend(fontsize=7, loc="best")
-        fig.tight_layout()
-        path.parent.mkdir(parents=True, exist_ok=True)
-        fig.savefig(path)
+        _save(fig, ax, title, "seconds", path, grid_axis="y")
     finally:
         plt.close(fig)
     return path
