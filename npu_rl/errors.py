@@ -1,5 +1,7 @@
 """User-facing errors: the CLI prints them as one line and exits with their code."""
 
+from .exit_codes import Exit
+
 
 class UserError(Exception):
     """Bad input the user can fix (recipe field, missing file, port in use...).
@@ -8,7 +10,7 @@ class UserError(Exception):
     and exits with ``exit_code`` instead of showing a traceback.
     """
 
-    exit_code = 2
+    exit_code = int(Exit.BAD_INPUT)
 
     def __init__(self, message: str, exit_code: int | None = None):
         super().__init__(message)

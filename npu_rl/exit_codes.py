@@ -7,9 +7,10 @@ read it; nothing restates a number.
 
 from __future__ import annotations
 
-from enum import IntEnum
+from enum import IntEnum, unique
 
 
+@unique  # two names for one code would make a manifest policy ambiguous
 class Exit(IntEnum):
     OK = 0
     FAILED = 1  # the training (verl) failed on its own; the log says why

@@ -30,6 +30,7 @@ from importlib import metadata
 from pathlib import Path
 
 from ..errors import UserError
+from ..exit_codes import Exit
 from .network import IFNAME_VARS
 
 PACKAGES = ("npu-rl", "verl", "torch", "torch_npu", "transformers")
@@ -37,6 +38,9 @@ AGREE_PREFIXES = ("HCCL_", "NPU_RL_")
 AGREE_NAMES = IFNAME_VARS
 # Different on every node by design: the node's own address, its raylet's ports and socket paths.
 PER_NODE = frozenset({"HCCL_IF_IP", "NPU_RL_RAY_ARGS"})
+# Set on every node, each naming that node's own NIC (`npu-rl ray` exports the one routing to the head;
+# hosts of one cluster may call it enp189s0f0 and enp61s0f0): only whether they are set must agree.
+SET_OR_NOT = frozenset({*IFNAME_VARS, "NPU_RL_IFNAME"})
 SENTINELS = ".npu-rl-nodes"
 
 
@@ -62,7 +66,7 @@ def local_facts(node_ip: str, node_id: str, exclude: frozenset[str] = frozenset(
     root = cann.ascend_root()
     versions["CANN"] = cann.toolkit_version(root)
     versions["driver"] = cann.driver_version(root)
-    env = {k: v for k, v in os.environ.items()
+    env = {k: "(set)" if k in SET_OR_NOT else v for k, v in os.environ.items()
            if (k.startswith(AGREE_PREFIXES) or k in AGREE_NAMES) and k not in PER_NODE and k not in exclude}
     return NodeFacts(node_ip, node_id, versions, env)
 
@@ -103,12 +107,19 @@ def _probe_node(ip: str, ckpt_root: str, token: str, exclude: list[str]) -> dict
 
 def _seen_by_node(ckpt_root: str, token: str) -> list[str]:
     folder = Path(ckpt_root) / SENTINELS / token
-    return sorted(p.name for p in folder.iterdir()) if folder.is_dir() else []
+    try:
+        return sorted(p.name for p in folder.iterdir()) if folder.is_dir() else []
+    except OSError:  # a stale handle of a network volume: this node sees nobody's sentinel
+        return []
 
 
 def check_cluster(ckpt_root: Path, exclude: set[str], timeout: float = 120.0) -> list[NodeFacts]:
-    """Raise UserError (exit 2) naming the nodes and values that disagree; needs a connected ``ray``."""
+    """Raise UserError (exit 2) naming the nodes and values that disagree; needs a connected ``ray``.
+
+    A node that does not answer or dies meanwhile is not a configuration error (a restart may find the
+    cluster whole): that fails with the lost-node code."""
     import ray
+    from ray.exceptions import GetTimeoutError, RayError
     from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
     nodes = [n for n in ray.nodes() if n.get("Alive")]
@@ -118,11 +129,25 @@ def check_cluster(ckpt_root: Path, exclude: set[str], timeout: float = 120.0) ->
 
     def on_each(fn, *args, with_ip=False):
         # The node's address as its raylet registered it (a worker process's own guess may be another interface).
-        return ray.get([fn.options(scheduling_strategy=NodeAffinitySchedulingStrategy(n["NodeID"], soft=False))
-                        .remote(*([n["NodeManagerAddress"]] if with_ip else []), *args) for n in nodes],
-                       timeout=timeout)
+        refs = [fn.options(scheduling_strategy=NodeAffinitySchedulingStrategy(n["NodeID"], soft=False))
+                .remote(*([n["NodeManagerAddress"]] if with_ip else []), *args) for n in nodes]
+        try:
+            return ray.get(refs, timeout=timeout)
+        except GetTimeoutError:
+            raise UserError(f"cross-node preflight: not every node answered within {timeout:.0f}s (a frozen or "
+                            "overloaded node)", exit_code=Exit.NODE_LOST) from None
+        except RayError as err:
+            if isinstance(getattr(err, "cause", None), ModuleNotFoundError):
+                raise UserError(f"cross-node preflight: a node cannot run npu-rl ({err.cause}); every node needs "
+                                "the same image") from None
+            first = str(err).strip().splitlines()[-1] if str(err).strip() else type(err).__name__
+            raise UserError(f"cross-node preflight: a node failed or left ({type(err).__name__}: {first})",
+                            exit_code=Exit.NODE_LOST) from None
 
-    ckpt_root.mkdir(parents=True, exist_ok=True)
+    try:
+        ckpt_root.mkdir(parents=True, exist_ok=True)
+    except OSError as err:
+        raise UserError(f"cannot create the checkpoint directory {ckpt_root}: {err.strerror or err}") from None
     try:
         probed = on_each(probe, str(ckpt_root), token, sorted(exclude), with_ip=True)
         facts = [NodeFacts(**p["facts"]) for p in probed]

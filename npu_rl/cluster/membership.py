@@ -67,14 +67,16 @@ def connected(address: str, namespace: str) -> Iterator[None]:
     # Handlers belong to the main thread (`ray wait` runs this in another one, where ray.init leaves them be).
     in_main = threading.current_thread() is threading.main_thread()
     previous = {s: signal.getsignal(s) for s in (signal.SIGTERM, signal.SIGINT)} if in_main else {}
-    ray.init(address=address, log_to_driver=False, logging_level="ERROR", configure_logging=False,
-             namespace=namespace)
+    try:
+        ray.init(address=address, log_to_driver=False, logging_level="ERROR", configure_logging=False,
+                 namespace=namespace)
+    finally:
+        for s, handler in previous.items():  # at once: a SIGTERM during the block must reach the caller's
+            signal.signal(s, handler)
     try:
         yield
     finally:
         ray.shutdown()
-        for s, handler in previous.items():
-            signal.signal(s, handler)
 
 
 class ClusterTimeout(Exception):

@@ -65,8 +65,11 @@ def select_interface(head_ip: str | None = None, ifname: str | None = None,
     ``HCCL_SOCKET_IFNAME``...), else the one routing to ``head_ip``, else the default route's."""
     if ifname:
         return Interface(ifname, address_of(ifname), f"given by --ifname/NPU_RL_IFNAME {ifname}")
-    named = next(((var, (environ or {})[var]) for var in IFNAME_VARS if (environ or {}).get(var)), None)
-    if named and "," not in named[1]:  # a list of prefixes (Gloo accepts one) names no single interface
+    # Only a variable that is exactly one of this host's interfaces names it: HCCL and Gloo also take
+    # prefixes, lists and exclusions (eth, eth0,eth1, ^docker), which say nothing about this node's address.
+    here = psutil.net_if_addrs()
+    named = next(((var, (environ or {})[var]) for var in IFNAME_VARS if (environ or {}).get(var) in here), None)
+    if named:
         return Interface(named[1], address_of(named[1]), f"named by {named[0]}={named[1]}")
     try:
         ip = route_source_ip(head_ip or _DEFAULT_ROUTE_PROBE)

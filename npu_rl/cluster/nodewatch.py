@@ -32,6 +32,9 @@ class Departure:
         return f"node {self.node_ip} ({self.node_id}) left the cluster at {at}; {self.reason}"
 
 
+REFUSALS = 3  # consecutive refused connections that make a node gone
+
+
 def _raylet(node: dict) -> Address:
     return Address(node["NodeManagerAddress"], int(node["NodeManagerPort"]))
 
@@ -44,6 +47,7 @@ class NodeWatch:
         self.poll = poll
         self.gone: dict[str, Departure] = {}
         self._members: dict[str, dict] = {}
+        self._refused: dict[str, int] = {}  # consecutive refused probes per node
         self._lock = threading.Lock()
         self._done = threading.Event()
         self._thread = threading.Thread(target=self._loop, name="npu-rl-nodewatch", daemon=True)
@@ -72,7 +76,12 @@ class NodeWatch:
                 why = now.get("DeathReasonMessage") or "Ray marked it dead"
                 reason = f"Ray: {why}"
             elif not port_open(_raylet(node), timeout=1.0):
-                reason = f"its raylet at {_raylet(node)} refuses connections (the node or its pod was killed)"
+                # A single failed connect may be a blip; a killed raylet refuses every one.
+                self._refused[node_id] = self._refused.get(node_id, 0) + 1
+                if self._refused[node_id] >= REFUSALS:
+                    reason = f"its raylet at {_raylet(node)} refuses connections (the node or its pod was killed)"
+            else:
+                self._refused[node_id] = 0
             if reason:
                 with self._lock:
                     self.gone[node_id] = Departure(node["NodeManagerAddress"], node_id, self.current_step(), reason)
@@ -80,10 +89,14 @@ class NodeWatch:
     def settle(self, seconds: float) -> list[Departure]:
         """After the run failed: give a departure that caused it time to show, then report all."""
         deadline = time.monotonic() + seconds
-        self.check()
-        while not self.gone and time.monotonic() < deadline:
+        while True:
+            try:
+                self.check()
+            except Exception:  # noqa: BLE001 - the GCS itself is gone: nothing more to learn from it
+                break
+            if self.gone or time.monotonic() >= deadline:
+                break
             time.sleep(0.5)
-            self.check()
         return self.departures()
 
     def departures(self) -> list[Departure]:

@@ -11,6 +11,7 @@ import contextlib
 import json
 import os
 import shlex
+import shutil
 import signal
 import subprocess
 import sys
@@ -33,9 +34,14 @@ class NodeSpec:
     extra_args: Sequence[str] = field(default_factory=tuple)
 
 
+def beside_python(name: str) -> str:
+    """The ``name`` console script of this interpreter's environment (a venv need not be on PATH), else PATH's."""
+    beside = Path(sys.executable).with_name(name)
+    return str(beside) if beside.exists() else (shutil.which(name) or name)
+
+
 def ray_executable() -> str:
-    beside = Path(sys.executable).with_name("ray")
-    return str(beside) if beside.exists() else "ray"
+    return beside_python("ray")
 
 
 def registered_resources(npus: int) -> dict[str, float]:

@@ -21,7 +21,6 @@ import argparse
 import json
 import os
 import re
-import shutil
 import subprocess
 import sys
 import time
@@ -32,6 +31,8 @@ from pathlib import Path
 # NPU through torch_npu's ProcessGroupHCCL) and the NCCL/HCCL communicators vLLM uses.
 _COLLECTIVE = re.compile(r"distributed_c10d\.py|\b(all_reduce|all_gather\w*|reduce_scatter\w*|all_to_all\w*|"
                          r"barrier|alltoallv)\b \(")
+# A node's answer may take this many dump timeouts (its dumps run at once; the task must be scheduled).
+NODE_TIMEOUT_FACTOR = 3
 # Titles Ray gives its worker processes ("ray::WorkerDict", "ray::TaskRunner.run", "ray::IDLE").
 _IDLE = "ray::IDLE"
 
@@ -58,8 +59,9 @@ class NodeStacks:
 
 
 def py_spy() -> str:
-    beside = Path(sys.executable).with_name("py-spy")
-    return str(beside) if beside.exists() else (shutil.which("py-spy") or "py-spy")
+    from .raynode import beside_python
+
+    return beside_python("py-spy")
 
 
 def dump_pid(pid: int, timeout: float) -> tuple[str, str | None]:
@@ -89,12 +91,18 @@ def describe(pid: int) -> tuple[str, str]:
 
 
 def local_stacks(pids: list[int], timeout: float) -> list[ProcessStack]:
-    out = []
-    for pid in pids:
+    """Every process at once: 16 ranks of an A3 node stuck in a device call must fit in one timeout."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    def one(pid: int) -> ProcessStack:
         title, status = describe(pid)
         stack, error = dump_pid(pid, timeout)
-        out.append(ProcessStack(pid, title, status, stack, error))
-    return out
+        return ProcessStack(pid, title, status, stack, error)
+
+    if not pids:
+        return []
+    with ThreadPoolExecutor(max_workers=min(16, len(pids))) as pool:
+        return list(pool.map(one, pids))
 
 
 def _raylet_workers() -> list[int]:
@@ -190,7 +198,7 @@ def main(argv: list[str] | None = None) -> int:
     nodes: list[NodeStacks] = []
     if args.address:
         try:
-            nodes = cluster_stacks(args.address, args.timeout, node_timeout=3 * args.timeout)
+            nodes = cluster_stacks(args.address, args.timeout, node_timeout=NODE_TIMEOUT_FACTOR * args.timeout)
         except Exception as err:  # noqa: BLE001 - the cluster itself is broken: say so, keep the driver's
             nodes = [NodeStacks(args.address, "?", error=f"did not answer: {err}".splitlines()[0])]
     write_dump(args.out, driver, nodes)

@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ..errors import UserError
+from ..exit_codes import Exit
 from ..model.fetch import check_model_dir, fetch_for_recipe
 from ..model.fp8_cast import WEIGHT_INDEX, copy_hf_side_files
 from ..recipe.schema import Recipe
@@ -238,7 +239,8 @@ def _run_step(recipe: Recipe, step: ConversionStep, counter: str) -> None:
     else:
         code = subprocess.run(step.argv_writing_to(partial)).returncode
     if code != 0:
-        raise UserError(f"weight conversion step {step.name} failed with exit code {code}")
+        # A crash or a lost node, not a bad input: a restarted job resumes the conversion.
+        raise UserError(f"weight conversion step {step.name} failed with exit code {code}", exit_code=Exit.FAILED)
     if not partial.is_dir():
         raise UserError(f"weight conversion step {step.name} exited 0 but wrote nothing to {partial}")
     conv = recipe.prepare.weight_conversion
@@ -278,7 +280,10 @@ def run_on_nodes(step: ConversionStep, output: Path) -> list[int]:
     if len(alive) < step.nodes or alive[0]["NodeManagerAddress"] != here:
         raise UserError(f"weight conversion step {step.name} needs {step.nodes} Ray nodes including this one, "
                         f"the cluster has {len(alive)}")
-    task = ray.remote(num_cpus=0)(_run_argv)
-    refs = [task.options(scheduling_strategy=NodeAffinitySchedulingStrategy(n["NodeID"], soft=False))
-            .remote(step.argv_writing_to(output, rank, here)) for rank, n in enumerate(alive[:step.nodes])]
-    return ray.get(refs)
+    try:
+        task = ray.remote(num_cpus=0)(_run_argv)
+        refs = [task.options(scheduling_strategy=NodeAffinitySchedulingStrategy(n["NodeID"], soft=False))
+                .remote(step.argv_writing_to(output, rank, here)) for rank, n in enumerate(alive[:step.nodes])]
+        return ray.get(refs)
+    finally:
+        ray.shutdown()  # the training that follows connects to the cluster as a driver of its own

@@ -53,8 +53,9 @@ def _last_error(text: str) -> str | None:
 
 
 def _without(environ, run_env) -> dict[str, str]:
-    """The caller's environment less every variable the run sets and npu-rl's patch selection."""
-    return {k: v for k, v in environ.items() if k not in run_env and not k.startswith("NPU_RL_")}
+    """The caller's environment less every variable the run sets (the patch selection among them), as a
+    pod's raylet has it (its NPU_RL_WORKSPACE, say, stays)."""
+    return {k: v for k, v in environ.items() if k not in run_env}
 
 
 def run_rehearsal(recipe: Recipe, timeout: float = 300.0) -> Rehearsal:

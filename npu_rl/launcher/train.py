@@ -72,7 +72,7 @@ def run_training(recipe: Recipe, *, ray_port: int | None = None) -> TrainResult:
         print(f"npu-rl: resuming {recipe.logging.experiment} from global_step_{spec.start_step}", flush=True)
 
     t0 = time.monotonic()
-    clock = StepClock(recipe.watchdog)
+    clock = StepClock(recipe.watchdog, heavy_every=(recipe.checkpoint.save_freq, recipe.checkpoint.test_freq))
     if address:
         # A multi-node cluster brought up by `npu-rl ray head`; the spec's runtime_env reaches its workers.
         with _cluster(address):
@@ -83,7 +83,7 @@ def run_training(recipe: Recipe, *, ray_port: int | None = None) -> TrainResult:
             nodes = NodeWatch(lambda: clock.last_step).start()
             try:
                 code, error = _run(spec, {"RAY_ADDRESS": address}, log_file, clock)
-                if code not in (0, Exit.HUNG) and code < 128:
+                if code not in (0, Exit.HUNG) and code < 128:  # >128: a signal (the pod stopped), no failure
                     code, error = _departed(nodes.settle(_DEPARTURE_SETTLE_S), code, error)
                 elif code == Exit.HUNG:
                     # A frozen node stalls the run like a hung rank until Ray's health check gives up on
@@ -134,7 +134,7 @@ def _cluster(address: str) -> Iterator[None]:
     try:
         session = connected(address, namespace="npu-rl-launcher")
         session.__enter__()
-    except ConnectionError as err:
+    except (ConnectionError, RuntimeError, TimeoutError) as err:  # no GCS there; no raylet on this node
         raise UserError(f"cannot connect to the Ray cluster at RAY_ADDRESS={address}: {err}".splitlines()[0],
                         exit_code=Exit.RAY_FAILED) from None
     try:
@@ -170,9 +170,13 @@ def _run(spec: LaunchSpec, host_env: dict[str, str], log_file: Path, clock: Step
             out_dir = spec.log_dir / time.strftime("hang-%Y%m%d-%H%M%S")
             print(f"npu-rl: {watchdog.tripped}; dumping the stacks of every process of the run to {out_dir}",
                   file=sys.stderr, flush=True)
-            summary = dump_stacks(out_dir, proc.pid, host_env.get("RAY_ADDRESS"), clock.spec.dump_timeout_s)
-            hang["error"] = hang_message(watchdog.tripped or "", summary, out_dir)
-            proctree.stop(proc, grace=30.0)
+            try:
+                summary = dump_stacks(out_dir, proc.pid, host_env.get("RAY_ADDRESS"), clock.spec.dump_timeout_s)
+                hang["error"] = hang_message(watchdog.tripped or "", summary, out_dir)
+            except Exception as err:  # noqa: BLE001 - the run is stopped whatever the dump did
+                hang["error"] = f"run hung: {watchdog.tripped}; the stack dump failed ({err}); the run was stopped"
+            finally:
+                proctree.stop(proc, grace=30.0)
 
         watchdog = Watchdog(clock, on_hang)
         try:
@@ -194,7 +198,8 @@ def _run(spec: LaunchSpec, host_env: dict[str, str], log_file: Path, clock: Step
             code = proc.wait()
             if watchdog.tripped:
                 watchdog.join()
-                return Exit.HUNG, hang.get("error", watchdog.tripped)
+                if code != 0:  # verl may have finished on its own while the watchdog was dumping
+                    return Exit.HUNG, hang.get("error", watchdog.tripped)
         except proctree.Terminated as stop:
             print(f"npu-rl: {stop}: stopping verl (the last complete checkpoint is kept)", file=sys.stderr, flush=True)
             proctree.stop(proc, grace=30.0)

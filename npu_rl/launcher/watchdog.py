@@ -27,9 +27,11 @@ from ..recipe.schema import WatchdogSpec
 class StepClock:
     """The steps a run completed and the allowance for the next one."""
 
-    def __init__(self, spec: WatchdogSpec, now: Callable[[], float] = time.monotonic):
+    def __init__(self, spec: WatchdogSpec, now: Callable[[], float] = time.monotonic,
+                 heavy_every: tuple[int, ...] = ()):
         self.spec = spec
         self.now = now
+        self.heavy_every = tuple(f for f in heavy_every if f > 0)  # save_freq, test_freq: steps that do more
         self.started = now()
         self.last_step: int | None = None
         self.last_at = self.started
@@ -50,9 +52,15 @@ class StepClock:
     def allowance(self) -> float:
         if self.last_step is None:
             return self.spec.first_step_s
+        extra = self._extra()
         if not self.intervals:  # one step seen, no step time measured yet
-            return self.spec.floor_s
-        return max(self.spec.floor_s, self.spec.stall_factor * statistics.median(self.intervals))
+            return self.spec.floor_s + extra
+        return max(self.spec.floor_s, self.spec.stall_factor * statistics.median(self.intervals)) + extra
+
+    def _extra(self) -> float:
+        """``checkpoint_s`` when the next step validates or saves a checkpoint."""
+        heavy = self.last_step is not None and any((self.last_step + 1) % f == 0 for f in self.heavy_every)
+        return self.spec.checkpoint_s if heavy else 0.0
 
     def waited(self) -> float:
         return self.now() - self.last_at
@@ -67,6 +75,8 @@ class StepClock:
             return f"no training step completed in {waited:.0f}s (first-step allowance {allowed:.0f}s)"
         rule = (f"max(floor {self.spec.floor_s:.0f}s, {self.spec.stall_factor:g} x median step "
                 f"{statistics.median(self.intervals):.1f}s)" if self.intervals else "the floor")
+        if self._extra():
+            rule += f" + {self._extra():.0f}s for a step that validates or saves"
         return (f"step {self.last_step + 1} did not complete in {waited:.0f}s after step {self.last_step} "
                 f"(allowance {allowed:.0f}s = {rule})")
 
@@ -109,16 +119,21 @@ def dump_stacks(out_dir: Path, driver_pid: int, ray_address: str | None, timeout
            "--timeout", str(timeout)]
     if ray_address:
         cmd += ["--address", ray_address]
-    deadline = 5 * timeout + 30  # ray.init, the per-node tasks (3 x timeout), writing
+    from ..cluster.stacks import NODE_TIMEOUT_FACTOR
+
+    deadline = (NODE_TIMEOUT_FACTOR + 2) * timeout + 30  # the driver's dump, ray.init, the nodes', writing
     try:
         out = subprocess.run(cmd, capture_output=True, text=True, timeout=deadline)
     except subprocess.TimeoutExpired:
         return {"suspects": [f"the stack collector did not finish within {deadline:.0f}s"], "processes": 0}
     lines = [ln for ln in out.stdout.splitlines() if ln.startswith("{")]
-    if out.returncode != 0 or not lines:
-        tail = (out.stderr.strip().splitlines() or ["no output"])[-1]
-        return {"suspects": [f"the stack collector failed: {tail}"], "processes": 0}
-    return json.loads(lines[-1])
+    try:
+        if out.returncode == 0 and lines:
+            return json.loads(lines[-1])
+    except ValueError:
+        pass
+    tail = (out.stderr.strip().splitlines() or ["no output"])[-1]
+    return {"suspects": [f"the stack collector failed: {tail}"], "processes": 0}
 
 
 def hang_message(stall: str, summary: dict, out_dir: Path) -> str:

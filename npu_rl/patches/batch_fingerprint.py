@@ -6,7 +6,8 @@ restores the dataloader's position from ``data.pt`` in the checkpoint
 fingerprint hashes the prompt token ids of every sample of the step (verl's
 ``uid`` is a fresh uuid4 per run, so it cannot be compared), sorted, so that
 ``balance_batch``'s reordering across ranks does not change it. It is a 48-bit
-integer: exact as a float in every logger backend.
+integer, exact in the metrics file (JSON) and as a float64; TensorBoard keeps float32, so compare
+it from the metrics file.
 
 verl computes the step's data metrics with ``compute_data_metrics(batch=...)``,
 imported by name into ``ray_trainer`` and called once per step in ``fit``; the
@@ -43,7 +44,9 @@ def patch_ray_trainer(module) -> None:
     @functools.wraps(original)
     def compute_data_metrics(batch, *args, **kwargs):
         metrics = original(batch, *args, **kwargs)
-        metrics[METRIC] = batch_fingerprint(batch.batch["prompts"])
+        # Every verl 0.6.1 rollout returns "prompts"; the full sequences identify the batch as well.
+        prompts = batch.batch["prompts"] if "prompts" in batch.batch.keys() else batch.batch["input_ids"]
+        metrics[METRIC] = batch_fingerprint(prompts)
         return metrics
 
     module.compute_data_metrics = compute_data_metrics

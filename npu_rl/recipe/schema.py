@@ -209,13 +209,16 @@ class WatchdogSpec(Strict):
     launcher times the steps it sees; after the first, the allowance is ``stall_factor`` times
     the median step so far, never less than ``floor_s`` (validation and checkpoint saves fall
     between step lines and must fit in it). Before the first step the allowance is
-    ``first_step_s``: model load, the first rollout and, on NPU, graph compilation.
+    ``first_step_s``: model load, the first rollout and, on NPU, graph compilation. verl validates
+    (``checkpoint.test_freq``) and saves (``checkpoint.save_freq``) inside a step, before its line:
+    such a step gets ``checkpoint_s`` more.
     """
 
     enabled: bool = True
     stall_factor: float = Field(10.0, ge=1)
     floor_s: float = Field(600.0, gt=0)
     first_step_s: float = Field(3600.0, gt=0)
+    checkpoint_s: float = Field(0.0, ge=0)
     # Each process's py-spy dump may take this long; a stopped or dead process must not hold the dump.
     dump_timeout_s: float = Field(20.0, gt=0)
 
@@ -280,6 +283,15 @@ class Recipe(Strict):
     unverified: list[str] = Field(
         default_factory=list, description="Fields whose values the source articles do not give (documented guesses)"
     )
+
+    @model_validator(mode="after")
+    def _watchdog_heartbeat(self) -> "Recipe":
+        # The launcher times the steps by verl's console lines ("step:N - ..."); without them every run
+        # would look hung at watchdog.first_step_s.
+        if self.watchdog.enabled and "console" not in self.logging.backends:
+            raise ValueError("watchdog.enabled needs 'console' in logging.backends (the watchdog times verl's "
+                             "console step lines); add it or set watchdog.enabled: false")
+        return self
 
     @model_validator(mode="after")
     def _divisibility(self) -> "Recipe":

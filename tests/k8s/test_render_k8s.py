@@ -377,3 +377,13 @@ def test_render_all_writes_the_k8s_directory(tmp_path: Path, monkeypatch):
     assert k8s_only, "render_all does not render k8s/"
     monkeypatch.setattr(committed, "RENDERERS", k8s_only)
     assert {p.name for p in render_all(tmp_path)} == {k8s.output_name(_recipe(n), t) for n, t, _ in k8s.COMMITTED}
+
+
+def test_the_readme_exit_code_table_is_the_exit_table(repo_root: Path):
+    from npu_rl.exit_codes import Exit
+
+    text = (repo_root / "README.md").read_text(encoding="utf-8")
+    section = text[text.index("## When a run fails on a cluster"):]
+    rows = [line.split("|") for line in section.splitlines() if line.startswith("| ") and "`" in line]
+    table = {cells[2].strip().strip("`"): int(cells[1]) for cells in rows if cells[1].strip().isdigit()}
+    assert table == {code.name: int(code) for code in Exit}

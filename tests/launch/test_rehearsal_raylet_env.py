@@ -34,5 +34,6 @@ def test_the_rehearsal_raylet_gets_none_of_the_runs_variables(name, monkeypatch,
     spec = build_launch(recipe, rehearse=True)
     assert seen["inherit"] is False
     assert not set(spec.env) & set(seen["env"]), sorted(set(spec.env) & set(seen["env"]))
-    assert not [k for k in seen["env"] if k.startswith("NPU_RL_")]
-    assert "PATH" in seen["env"]  # the rest of the caller's environment, as a pod's processes have it
+    assert "NPU_RL_PATCHES" not in seen["env"]
+    # The rest of the caller's environment, as a pod's processes have it.
+    assert "PATH" in seen["env"] and seen["env"]["NPU_RL_WORKSPACE"] == str(tmp_path)
