@@ -142,10 +142,13 @@ def test_a_hung_rank_is_caught_by_the_watchdog_with_every_stack(chain):
     log = run["log"]
     assert run["codes"]["head"] == Exit.HUNG, log[-3000:]
     spec = chain["pods"].recipe.watchdog
-    # floor (one step seen since the resume), plus the dump (py-spy per process) and the stop
-    assert run["seconds"] < spec.floor_s + 60, run["seconds"]
     (line,) = _error_lines(log)
-    assert "run hung: step 4 did not complete" in line, line
+    # Detected within the allowance (the floor: one step seen since the resume), give or take the poll...
+    waited, allowed = map(int, re.search(r"run hung: step 4 did not complete in (\d+)s after step 3 "
+                                         r"\(allowance (\d+)s", line).groups())
+    assert allowed == spec.floor_s and allowed <= waited <= allowed + 5, line
+    # ...and out after the dump and the stop of verl (its grace, then SIGKILL) on 2 loaded cores.
+    assert run["seconds"] < spec.floor_s + 90, run["seconds"]
     assert f"pid {run['pid']} ray::WorkerDict" in line and "is stopped" in line, line
     (dump,) = run["dumps"]
     assert str(dump) in line
