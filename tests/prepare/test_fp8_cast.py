@@ -179,7 +179,7 @@ def test_distributed_step_runs_once_per_node_with_its_rank(ws, monkeypatch):
 
     order = [2, 5, 1, 8, 3, 4, 6, 7, 9]  # one node more than the job needs; this one (10.0.0.1) is third
     nodes = [{"Alive": True, "NodeID": f"n{i}", "NodeManagerAddress": f"10.0.0.{i}"} for i in order]
-    fake = types.SimpleNamespace(init=lambda **k: None, nodes=lambda: nodes, get=lambda refs: refs,
+    fake = types.SimpleNamespace(init=lambda **k: None, shutdown=lambda: None, nodes=lambda: nodes, get=lambda refs: refs,
                                  remote=lambda **k: (lambda f: Task()),
                                  util=types.SimpleNamespace(get_node_ip_address=lambda: "10.0.0.1"))
     strategies = types.SimpleNamespace(NodeAffinitySchedulingStrategy=lambda node_id, soft: node_id)

@@ -12,6 +12,7 @@ import yaml
 
 from npu_rl.cli import main
 from npu_rl.errors import UserError
+from npu_rl.exit_codes import Exit
 from npu_rl.launcher import megatron
 from npu_rl.launcher import run_files
 from npu_rl.launcher import prepare as prepare_job
@@ -238,7 +239,8 @@ def test_only_steps_without_output_run(tiny, ws, conversion, capsys):
 def test_a_failing_step_stops_with_its_name_and_exit_code_and_reruns_next_time(tiny, ws, conversion, capsys):
     _fp8_checkpoint(tiny, ws / "models/hf")
     conversion.fail["cast.py"] = 3
-    assert main(["prepare", "--recipe", str(conversion.recipe_file)]) == 2
+    # A crashed step is a failure a restarted job retries (Exit.FAILED), not a bad input (Exit.BAD_INPUT).
+    assert main(["prepare", "--recipe", str(conversion.recipe_file)]) == Exit.FAILED
     err = capsys.readouterr().err.strip()
     assert err == "npu-rl: error: weight conversion step cast.py failed with exit code 3"
     assert conversion.ran() == ["cast.py"]
