@@ -9,6 +9,10 @@ DEMO_DIR ?= workspace/demo
 EVAL_VENV ?= .venv-eval
 EVAL_STAMP := $(EVAL_VENV)/.installed
 PYTEST_ARGS ?=
+# `make test` runs on this many pytest-xdist workers: every core, at most 4 (a verl run takes about 3 GB
+# and 1.4 cores). TEST_WORKERS=0 runs the suite in one process.
+TEST_WORKERS ?= $(shell n=$$(nproc 2>/dev/null || echo 1); [ $$n -gt 4 ] && n=4; echo $$n)
+XDIST = $(if $(filter 0,$(TEST_WORKERS)),,-n $(TEST_WORKERS) --dist loadgroup)
 
 .PHONY: all venv demo test test-fast lint render clean help eval-venv lock image-cpu npu-stack
 
@@ -41,10 +45,10 @@ demo: $(STAMP)
 	$(BIN)/python -m npu_rl.demo --workdir $(DEMO_DIR)
 
 test: $(STAMP)
-	$(BIN)/python -m pytest $(PYTEST_ARGS)
+	$(BIN)/python -m pytest $(XDIST) $(PYTEST_ARGS)
 
 test-fast: $(STAMP)
-	$(BIN)/python -m pytest -m "not e2e" $(PYTEST_ARGS)
+	$(BIN)/python -m pytest $(XDIST) -m "not e2e" $(PYTEST_ARGS)
 
 render: $(STAMP)
 	$(BIN)/npu-rl render all

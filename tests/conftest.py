@@ -45,3 +45,17 @@ def write_complete_checkpoint(step_dir: Path, world: int) -> Path:
 @pytest.fixture
 def complete_checkpoint():
     return write_complete_checkpoint
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_collection_modifyitems(config, items):
+    """`make test` spreads tests over every core (pytest-xdist, ``--dist loadgroup``). The tests of a
+    module that share a module-scoped fixture stay on one worker, so the fixture is built once; an
+    explicit ``xdist_group`` mark (the 2-node pods' runs, shared across modules) is kept as it is."""
+    for item in items:
+        if item.get_closest_marker("xdist_group"):
+            continue
+        info = getattr(item, "_fixtureinfo", None)
+        defs = info.name2fixturedefs.values() if info else ()
+        if any(d[-1].scope == "module" for d in defs if d):
+            item.add_marker(pytest.mark.xdist_group(item.nodeid.split("::")[0]))
