@@ -12,7 +12,7 @@ PYTEST_ARGS ?=
 # `make test` runs on this many pytest-xdist workers: every core, at most 4 (a verl run takes about 3 GB
 # and 1.4 cores). TEST_WORKERS=0 runs the suite in one process.
 TEST_WORKERS ?= $(shell n=$$(nproc 2>/dev/null || echo 1); [ $$n -gt 4 ] && n=4; echo $$n)
-XDIST = $(if $(filter 0,$(TEST_WORKERS)),,-n $(TEST_WORKERS) --dist loadgroup)
+XDIST = $(if $(filter 0,$(TEST_WORKERS)),,-n $(TEST_WORKERS))
 
 .PHONY: all venv demo test test-fast lint render clean help eval-venv lock image-cpu npu-stack
 

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import hashlib
+import shutil
+from importlib import metadata
 from pathlib import Path
 
 import pytest
@@ -47,15 +50,103 @@ def complete_checkpoint():
     return write_complete_checkpoint
 
 
-@pytest.hookimpl(tryfirst=True)
-def pytest_collection_modifyitems(config, items):
-    """`make test` spreads tests over every core (pytest-xdist, ``--dist loadgroup``). The tests of a
-    module that share a module-scoped fixture stay on one worker, so the fixture is built once; an
-    explicit ``xdist_group`` mark (the 2-node pods' runs, shared across modules) is kept as it is."""
-    for item in items:
-        if item.get_closest_marker("xdist_group"):
-            continue
-        info = getattr(item, "_fixtureinfo", None)
-        defs = info.name2fixturedefs.values() if info else ()
-        if any(d[-1].scope == "module" for d in defs if d):
-            item.add_marker(pytest.mark.xdist_group(item.nodeid.split("::")[0]))
+# What `npu-rl model tiny` reads besides its arguments: a change to any of these makes a new model.
+_TINY_INPUTS = ("npu_rl/model/tiny.py", "npu_rl/model/warmstart.py", "npu_rl/model/tokenizer_override.py",
+                "npu_rl/data/sample.py", "npu_rl/commands/model.py", "configs/tokenizer", "configs/recipes")
+_TINY_DISTS = ("torch", "transformers", "tokenizers", "safetensors")
+
+
+@pytest.fixture(scope="session")
+def tiny_model(request):
+    """``tiny_model(out, steps, recipe)``: the directory `npu-rl model tiny --out out --recipe recipe
+    --warm-start-steps steps` writes, made once and copied to ``out`` (a copy each: a test may change it).
+
+    Made by that command itself, once per set of inputs (the arguments, the files it reads, the versions
+    of what it runs on) and kept in pytest's cache across runs and xdist workers."""
+    from filelock import FileLock
+
+    from npu_rl.cli import main
+
+    cache = request.config.cache.mkdir("npu_rl_tiny_models")
+
+    def key(argv: list[str]) -> str:
+        h = hashlib.sha256(repr(argv).encode())
+        for rel in _TINY_INPUTS:
+            root = REPO / rel
+            for f in sorted([root] if root.is_file() else root.rglob("*")):
+                if f.is_file():
+                    h.update(f.relative_to(REPO).as_posix().encode() + f.read_bytes())
+        h.update(repr([metadata.version(d) for d in _TINY_DISTS]).encode())
+        return h.hexdigest()[:16]
+
+    def make(out: Path, steps: int = 1000, recipe: str = "tiny_math_cpu") -> Path:
+        argv = ["--recipe", recipe, "--warm-start-steps", str(steps)]
+        made = cache / key(argv)
+        with FileLock(str(made) + ".lock"):
+            if not (made / "config.json").is_file():
+                partial = made.with_name(made.name + ".partial")
+                shutil.rmtree(partial, ignore_errors=True)
+                assert main(["model", "tiny", "--out", str(partial), *argv]) == 0
+                partial.rename(made)
+        shutil.copytree(made, out, dirs_exist_ok=True)
+        return out
+
+    return make
+
+
+NOTEBOOK = REPO / "notebooks" / "npu_rl_walkthrough.ipynb"
+NOTEBOOK_STEPS = 2
+
+
+@pytest.fixture(scope="session")
+def notebook_run(tmp_path_factory):
+    """The shipped notebook executed headless against the CPU recipe, as a user runs it: model, data,
+    a ``NOTEBOOK_STEPS``-step run, merge, eval, report, plots. Returns the executed notebook and its
+    workspace. The dashboards test serves this run's TensorBoard and SwanLab logs (both modules are in
+    ``SHARED_RUNS``, so one worker runs the notebook once)."""
+    nbformat = pytest.importorskip("nbformat")
+    nbclient = pytest.importorskip("nbclient")
+    nb = nbformat.read(NOTEBOOK, as_version=4)
+    work = tmp_path_factory.mktemp("notebook")
+    values = {"RECIPE": "tiny_math_cpu", "STEPS": NOTEBOOK_STEPS, "EVAL_LIMIT": 8, "WORKSPACE": str(work / "ws")}
+    # Replace the cell tagged `parameters` (papermill's convention) with the values above.
+    (cell,) = [c for c in nb.cells if "parameters" in c.metadata.get("tags", [])]
+    for name in values:
+        assert f"{name} =" in cell.source, name
+    cell.source = "\n".join(f"{k} = {v!r}" for k, v in values.items())
+    mp = pytest.MonkeyPatch()
+    mp.setenv("RAY_ADDRESS", "")  # a fresh local cluster, whatever the caller's shell says
+    try:
+        client = nbclient.NotebookClient(nb, timeout=600, kernel_name="python3",
+                                         resources={"metadata": {"path": str(work)}})
+        client.execute()
+    finally:
+        mp.undo()
+    return nb, work / "ws"
+
+
+# Modules whose tests share a session-scoped run: one xdist worker runs them all, and the run once.
+SHARED_RUNS = {
+    "tests/cluster/test_cluster_faults.py": "two_node_pods",  # the `uninterrupted` reference run
+    "tests/cluster/test_multinode_train.py": "two_node_pods",
+    "tests/notebooks/test_walkthrough.py": "notebook_run",
+    "tests/dashboards/test_dashboards.py": "notebook_run",
+}
+
+
+def pytest_xdist_make_scheduler(config, log):
+    """`make test` spreads the suite over the cores (pytest-xdist ``-n``). A worker takes one module at a
+    time, so a module-scoped fixture is built once, and the modules of a ``SHARED_RUNS`` group together.
+    Modules go out in collection order: the long 2-node runs (tests/cluster) start first.
+
+    (xdist's own ``--dist loadgroup`` relies on rewriting ``item._nodeid``, which pytest 9.2's nodes no
+    longer read, so its groups are silently split; this scheduler groups by the node id's module.)"""
+    from xdist.scheduler import LoadScopeScheduling
+
+    class ByModule(LoadScopeScheduling):
+        def _split_scope(self, nodeid: str) -> str:
+            module = nodeid.split("::", 1)[0]
+            return SHARED_RUNS.get(module, module)
+
+    config.option.loadscopereorder = False
+    return ByModule(config, log)

@@ -11,9 +11,9 @@ from pods import prepared_pods
 
 
 @pytest.fixture(scope="session")
-def uninterrupted():
+def uninterrupted(tiny_model):
     """The reference: the job's pods run once, to the end."""
-    pods = prepared_pods("two_nodes")
+    pods = prepared_pods("two_nodes", tiny_model)
     try:
         pods.start()
         codes = pods.wait(timeout=900)

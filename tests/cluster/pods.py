@@ -188,12 +188,11 @@ SETS = {"resources.nnodes": 2, "resources.devices_per_node": 1, "algorithm.total
         "checkpoint.save_freq": 1, "checkpoint.test_freq": -1, "checkpoint.max_to_keep": 8}
 
 
-def prepared_pods(experiment: str) -> Pods:
+def prepared_pods(experiment: str, tiny_model) -> Pods:
     """A fresh workspace with the tiny model and the sample data, and the job's pods (not started)."""
     work = Path(tempfile.mkdtemp(prefix="nmn", dir="/tmp"))  # short: Ray's socket paths have a length limit
     recipe = load_recipe("tiny_math_cpu", {**SETS, "logging.experiment": experiment})
     pods = Pods(recipe, work)
-    assert pods.in_ws(lambda: main(["model", "tiny", "--out", str(run_files.model_dir(recipe)),
-                                    "--warm-start-steps", "50"])) == 0
+    pods.in_ws(lambda: tiny_model(run_files.model_dir(recipe), steps=50))
     assert main(["data", "math", "--from", "sample", "--out", str(pods.ws / "data" / "math-sample")]) == 0
     return pods

@@ -24,8 +24,7 @@ from npu_rl.patches.batch_fingerprint import METRIC
 
 from pods import STEPS, prepared_pods
 
-# One worker runs every test of the 2-node pods: they share the `uninterrupted` run (conftest.py).
-pytestmark = [pytest.mark.e2e, pytest.mark.xdist_group("two_node_pods"), pytest.mark.timeout(2400)]
+pytestmark = [pytest.mark.e2e, pytest.mark.timeout(2400)]
 
 # Ray's node health check (2.46 defaults: a check every 3 s, 10 s timeout, dead after 5 failures) and
 # verl's own exit; the head must be out within this after a node was killed or frozen.
@@ -37,8 +36,8 @@ def _error_lines(log: str) -> list[str]:
 
 
 @pytest.fixture(scope="module")
-def chain(request):
-    pods = prepared_pods("faults")
+def chain(request, tiny_model):
+    pods = prepared_pods("faults", tiny_model)
     out: dict = {"pods": pods}
     try:
         ckpt = pods.in_ws(lambda: run_files.checkpoint_root(pods.recipe))

@@ -11,8 +11,7 @@ from npu_rl.launcher import run_files
 
 from pods import STEPS
 
-# One worker runs every test of the 2-node pods: they share the `uninterrupted` run (conftest.py).
-pytestmark = [pytest.mark.e2e, pytest.mark.xdist_group("two_node_pods"), pytest.mark.timeout(900)]
+pytestmark = [pytest.mark.e2e, pytest.mark.timeout(900)]
 
 
 @pytest.fixture(scope="module")

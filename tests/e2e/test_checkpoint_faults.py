@@ -32,10 +32,10 @@ def _steps_logged(out: str) -> set[str]:
     return set(re.findall(r"\bstep:(\d+) - ", out))
 
 
-def test_damaged_latest_checkpoint_finished_run_and_rotation(tmp_path, monkeypatch, capfd):
+def test_damaged_latest_checkpoint_finished_run_and_rotation(tmp_path, monkeypatch, capfd, tiny_model):
     monkeypatch.setenv("NPU_RL_WORKSPACE", str(tmp_path))
     recipe = load_recipe("tiny_math_cpu", SETS)
-    assert main(["model", "tiny", "--out", str(run_files.model_dir(recipe)), "--warm-start-steps", "20"]) == 0
+    tiny_model(run_files.model_dir(recipe), steps=20)
     assert main(["data", "math", "--from", "sample", "--out", str(tmp_path / "data" / "math-sample")]) == 0
 
     assert main(["train", *_args(2)]) == 0

@@ -22,10 +22,10 @@ def _train(steps: int) -> int:
                  "--set", f"logging.experiment={EXPERIMENT}"])
 
 
-def test_train_checkpoint_resume_merge_load(tmp_path, monkeypatch, capfd):
+def test_train_checkpoint_resume_merge_load(tmp_path, monkeypatch, capfd, tiny_model):
     monkeypatch.setenv("NPU_RL_WORKSPACE", str(tmp_path))
     recipe = load_recipe("tiny_math_cpu", {"logging.experiment": EXPERIMENT})
-    assert main(["model", "tiny", "--out", str(run_files.model_dir(recipe)), "--warm-start-steps", "100"]) == 0
+    tiny_model(run_files.model_dir(recipe), steps=100)
     assert main(["data", "math", "--from", "sample", "--out", str(tmp_path / "data" / "math-sample")]) == 0
 
     assert _train(2) == 0

@@ -31,11 +31,11 @@ def _alive(pids: list[int]) -> list[int]:
     return out
 
 
-def test_sigterm_mid_training_ends_every_process_of_the_run(tmp_path, monkeypatch):
+def test_sigterm_mid_training_ends_every_process_of_the_run(tmp_path, monkeypatch, tiny_model):
     monkeypatch.setenv("NPU_RL_WORKSPACE", str(tmp_path))
     sets = {"logging.experiment": "sigterm", "algorithm.total_training_steps": 4, "checkpoint.save_freq": 1}
     recipe = load_recipe("tiny_math_cpu", sets)
-    assert main(["model", "tiny", "--out", str(run_files.model_dir(recipe)), "--warm-start-steps", "20"]) == 0
+    tiny_model(run_files.model_dir(recipe), steps=20)
     assert main(["data", "math", "--from", "sample", "--out", str(tmp_path / "data" / "math-sample")]) == 0
     log = tmp_path / "train.out"
     args = [a for k, v in sets.items() for a in ("--set", f"{k}={v}")]

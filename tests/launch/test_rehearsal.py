@@ -51,12 +51,12 @@ def _deepseek_standin(qwen: Path, out: Path) -> None:
 
 
 @pytest.fixture(scope="module")
-def workspace(tmp_path_factory):
+def workspace(tmp_path_factory, tiny_model):
     ws = tmp_path_factory.mktemp("rehearse")
     old = os.environ.get("NPU_RL_WORKSPACE")
     os.environ["NPU_RL_WORKSPACE"] = str(ws)
     try:
-        assert main(["model", "tiny", "--out", str(ws / "models/tiny-qwen2"), "--warm-start-steps", "1"]) == 0
+        tiny_model(ws / "models/tiny-qwen2", steps=1)
         assert main(["data", "math", "--from", "sample", "--out", str(ws / "data/sample")]) == 0
     finally:
         os.environ.pop("NPU_RL_WORKSPACE") if old is None else os.environ.__setitem__("NPU_RL_WORKSPACE", old)

@@ -38,14 +38,14 @@ def _run(experiment: str, recompute: bool) -> tuple:
 
 
 @pytest.fixture(scope="module")
-def runs(tmp_path_factory):
+def runs(tmp_path_factory, tiny_model):
     ws = tmp_path_factory.mktemp("olp_ws")
     mp = pytest.MonkeyPatch()
     mp.setenv("NPU_RL_WORKSPACE", str(ws))
     try:
         recipe = load_recipe("tiny_math_cpu")
         # The default warm start: rewards then vary within groups, so advantages and pg_loss are non-zero.
-        assert main(["model", "tiny", "--out", str(run_files.model_dir(recipe))]) == 0
+        tiny_model(run_files.model_dir(recipe))
         assert main(["data", "math", "--from", "sample", "--out", str(ws / "data" / "math-sample")]) == 0
         from transformers import AutoModelForCausalLM
 
