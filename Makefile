@@ -9,8 +9,8 @@ DEMO_DIR ?= workspace/demo
 EVAL_VENV ?= .venv-eval
 EVAL_STAMP := $(EVAL_VENV)/.installed
 PYTEST_ARGS ?=
-# `make test` runs on this many pytest-xdist workers: every core, at most 4 (a verl run takes about 3 GB
-# and 1.4 cores). TEST_WORKERS=0 runs the suite in one process.
+# `make test` runs the tests without training on this many pytest-xdist workers: every core, at most 4.
+# TEST_WORKERS=0 runs them in one process.
 TEST_WORKERS ?= $(shell n=$$(nproc 2>/dev/null || echo 1); [ $$n -gt 4 ] && n=4; echo $$n)
 XDIST = $(if $(filter 0,$(TEST_WORKERS)),,-n $(TEST_WORKERS))
 
@@ -44,8 +44,14 @@ $(STAMP): $(LOCKS)/cpu.txt $(LOCKS)/dev.txt pyproject.toml
 demo: $(STAMP)
 	$(BIN)/python -m npu_rl.demo --workdir $(DEMO_DIR)
 
+# The tests that run no training first, spread over the workers; then the end-to-end runs (markers e2e,
+# image) one at a time: two verl runs on 2 cores each take twice as long, and Ray's node health check
+# then misses the fault tests' bounds. Both phases run; pytest's 5 (nothing selected) is no failure.
 test: $(STAMP)
-	$(BIN)/python -m pytest $(XDIST) $(PYTEST_ARGS)
+	@status=0; \
+	$(BIN)/python -m pytest $(XDIST) -m "not e2e and not image" $(PYTEST_ARGS) || { r=$$?; [ $$r -eq 5 ] || status=$$r; }; \
+	$(BIN)/python -m pytest -m "e2e or image" $(PYTEST_ARGS) || { r=$$?; [ $$r -eq 5 ] || status=$$r; }; \
+	exit $$status
 
 test-fast: $(STAMP)
 	$(BIN)/python -m pytest $(XDIST) -m "not e2e" $(PYTEST_ARGS)

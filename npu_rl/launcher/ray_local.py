@@ -18,8 +18,13 @@ class LocalRayHead:
                  startup_timeout: float = 120.0, inherit: bool = True):
         self.port = port or free_port()
         # Ray's client server defaults to port 10001 on every head; a second run on the
-        # same machine would collide, so each run takes a free one.
-        extra = [f"--num-cpus={num_cpus}", f"--ray-client-server-port={free_port()}"]
+        # same machine would collide, so each run takes a free one. Workers too: every raylet hands
+        # out worker ports from the same default range (10002-19999), so two runs on one machine race
+        # for them ("Failed to start the grpc server. The specified port is 10003"); with the range 0
+        # the raylet passes no port and each worker binds one the OS picks (ray 2.46
+        # src/ray/raylet/worker_pool.cc, WorkerPool::WorkerPool: free_ports_ only for a non-zero range).
+        extra = [f"--num-cpus={num_cpus}", f"--ray-client-server-port={free_port()}",
+                 "--min-worker-port=0", "--max-worker-port=0"]
         spec = NodeSpec(npus=npus, node_ip="127.0.0.1", dashboard=False, extra_args=extra)
         # inherit=False: ``env`` is the raylet's whole environment, not an addition to this process's.
         self.node = RayNode(head_argv(spec, self.port), child_env(env) if inherit else dict(env),

@@ -102,7 +102,9 @@ class Pods:
             # reads the dashboard, so the head pod's runs without it.
             extra = port_args(HEAD_PORT_FLAGS, ports) + " --include-dashboard=false " if task == "head" else ""
             penv.update(volcano, PATH=f"{bin_dir}:{penv['PATH']}", NPU_RL_IFNAME="lo", PYTHONUNBUFFERED="1",
+                        # Worker ports from the OS: the raylets of two jobs on one machine share Ray's range.
                         NPU_RL_RAY_ARGS=f"--num-cpus 2 --object-store-memory 100000000 --temp-dir {temp} "
+                                        "--min-worker-port 0 --max-worker-port 0 "
                                         f"{extra}{port_args(NODE_PORT_FLAGS, ports)} {sockets}")
             penv.update((env or {}).get(task, {}))
             log = self.work / f"{task}-{self.runs}.log"
