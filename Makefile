@@ -9,10 +9,10 @@ DEMO_DIR ?= workspace/demo
 EVAL_VENV ?= .venv-eval
 EVAL_STAMP := $(EVAL_VENV)/.installed
 PYTEST_ARGS ?=
-# `make test` runs the tests without training on this many pytest-xdist workers: every core, at most 4.
-# TEST_WORKERS=0 runs them in one process.
+# `make test` runs the tests without training on this many pytest-xdist workers: every core, at most 4;
+# a worker takes a whole test file, so a module's fixtures are built once. TEST_WORKERS=0: one process.
 TEST_WORKERS ?= $(shell n=$$(nproc 2>/dev/null || echo 1); [ $$n -gt 4 ] && n=4; echo $$n)
-XDIST = $(if $(filter 0,$(TEST_WORKERS)),,-n $(TEST_WORKERS))
+XDIST = $(if $(filter 0,$(TEST_WORKERS)),,-n $(TEST_WORKERS) --dist loadfile)
 
 .PHONY: all venv demo test test-fast lint render clean help eval-venv lock image-cpu npu-stack
 

@@ -68,20 +68,18 @@ def tiny_model(request):
     from npu_rl.cli import main
 
     cache = request.config.cache.mkdir("npu_rl_tiny_models")
-
-    def key(argv: list[str]) -> str:
-        h = hashlib.sha256(repr(argv).encode())
-        for rel in _TINY_INPUTS:
-            root = REPO / rel
-            for f in sorted([root] if root.is_file() else root.rglob("*")):
-                if f.is_file():
-                    h.update(f.relative_to(REPO).as_posix().encode() + f.read_bytes())
-        h.update(repr([metadata.version(d) for d in _TINY_DISTS]).encode())
-        return h.hexdigest()[:16]
+    inputs = hashlib.sha256(repr([metadata.version(d) for d in _TINY_DISTS]).encode())
+    for rel in _TINY_INPUTS:
+        root = REPO / rel
+        for f in sorted([root] if root.is_file() else root.rglob("*")):
+            if f.is_file():
+                inputs.update(f.relative_to(REPO).as_posix().encode() + f.read_bytes())
 
     def make(out: Path, steps: int = 1000, recipe: str = "tiny_math_cpu") -> Path:
         argv = ["--recipe", recipe, "--warm-start-steps", str(steps)]
-        made = cache / key(argv)
+        key = inputs.copy()
+        key.update(repr(argv).encode())
+        made = cache / key.hexdigest()[:16]
         with FileLock(str(made) + ".lock"):
             if not (made / "config.json").is_file():
                 partial = made.with_name(made.name + ".partial")
@@ -102,8 +100,7 @@ NOTEBOOK_STEPS = 2
 def notebook_run(tmp_path_factory):
     """The shipped notebook executed headless against the CPU recipe, as a user runs it: model, data,
     a ``NOTEBOOK_STEPS``-step run, merge, eval, report, plots. Returns the executed notebook and its
-    workspace. The dashboards test serves this run's TensorBoard and SwanLab logs (both modules are in
-    ``SHARED_RUNS``, so one worker runs the notebook once)."""
+    workspace. The dashboards test serves this run's TensorBoard and SwanLab logs."""
     nbformat = pytest.importorskip("nbformat")
     nbclient = pytest.importorskip("nbclient")
     nb = nbformat.read(NOTEBOOK, as_version=4)
@@ -123,30 +120,3 @@ def notebook_run(tmp_path_factory):
     finally:
         mp.undo()
     return nb, work / "ws"
-
-
-# Modules whose tests share a session-scoped run: one xdist worker runs them all, and the run once.
-SHARED_RUNS = {
-    "tests/cluster/test_cluster_faults.py": "two_node_pods",  # the `uninterrupted` reference run
-    "tests/cluster/test_multinode_train.py": "two_node_pods",
-    "tests/notebooks/test_walkthrough.py": "notebook_run",
-    "tests/dashboards/test_dashboards.py": "notebook_run",
-}
-
-
-def pytest_xdist_make_scheduler(config, log):
-    """`make test` spreads the suite over the cores (pytest-xdist ``-n``). A worker takes one module at a
-    time, so a module-scoped fixture is built once, and the modules of a ``SHARED_RUNS`` group together.
-    Modules go out in collection order: the long 2-node runs (tests/cluster) start first.
-
-    (xdist's own ``--dist loadgroup`` relies on rewriting ``item._nodeid``, which pytest 9.2's nodes no
-    longer read, so its groups are silently split; this scheduler groups by the node id's module.)"""
-    from xdist.scheduler import LoadScopeScheduling
-
-    class ByModule(LoadScopeScheduling):
-        def _split_scope(self, nodeid: str) -> str:
-            module = nodeid.split("::", 1)[0]
-            return SHARED_RUNS.get(module, module)
-
-    config.option.loadscopereorder = False
-    return ByModule(config, log)
