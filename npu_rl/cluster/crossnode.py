@@ -154,19 +154,20 @@ def check_cluster(ckpt_root: Path, exclude: set[str], timeout: float = 120.0) ->
         unwritable = [f"{f.node_ip} ({f.node_id[:8]}): {p['error']}" for f, p in zip(facts, probed) if p["error"]]
         if unwritable:
             raise UserError("checkpoint directory not writable on every node: " + "; ".join(unwritable))
-        differ = mismatches(facts)
-        if differ:
-            raise UserError(f"the {len(facts)} nodes of the cluster disagree, no step was trained: "
-                            + " | ".join(differ))
+        # Every problem in one line: an operator fixes the job spec once, not once per restart.
+        problems = mismatches(facts)
         everyone = {f.node_id for f in facts}
         blind = [(f, everyone - set(seen)) for f, seen in zip(facts, on_each(look, str(ckpt_root), token))]
         blind = [(f, missing) for f, missing in blind if missing]
         if blind:
             f, missing = blind[0]
             others = ", ".join(sorted(g.node_ip + f" ({g.node_id[:8]})" for g in facts if g.node_id in missing))
-            raise UserError(f"checkpoint directory {ckpt_root} is not shared: node {f.node_ip} ({f.node_id[:8]}) "
+            problems.append(f"checkpoint directory {ckpt_root} is not shared: node {f.node_ip} ({f.node_id[:8]}) "
                             f"does not see what {others} wrote there ({len(blind)} of {len(facts)} nodes are "
                             "blind to others); mount the same ReadWriteMany volume on every node")
+        if problems:
+            raise UserError(f"the {len(facts)} nodes of the cluster disagree, no step was trained: "
+                            + " | ".join(problems))
         return facts
     finally:
         shutil.rmtree(ckpt_root / SENTINELS / token, ignore_errors=True)

@@ -3,10 +3,19 @@
 The head and worker commands and their environment are read from the Volcano manifest that
 `npu-rl render k8s` produces for the recipe; only what a pod gets from Kubernetes is supplied here:
 the volume mounts (the ConfigMap's recipe file and the workspace claim, mapped to temp dirs),
-Volcano's ``env``/``svc`` variables (both pods on 127.0.0.1), and per-raylet ports, since two
-raylets share this machine (``NPU_RL_RAY_ARGS``). Each pod is its own session, so a signal to its
-process group reaches everything it started, as the kubelet's does. Running the same pods again is
-what Volcano's RestartJob does.
+Volcano's ``env``/``svc`` variables (the head's service on 127.0.0.1), per-raylet ports, since two
+raylets share this machine, and an address of each pod's own (``NPU_RL_RAY_ARGS``). Each pod is its own
+session, so a signal to its process group reaches everything it started, as the kubelet's does. Running
+the same pods again is what Volcano's RestartJob does.
+
+A pod's own network and filesystem, which this stand-in has only in part, matter to Ray: a driver
+attaches to the raylet registered under the IP that its node's session directory records
+(``node_ip_address.json``; ray 2.46 ``GlobalStateAccessor::GetNodeToConnectForDriver`` takes the first
+node with that IP). On a cluster each pod has its own IP and its own /tmp. Here the worker pod gets an
+address of its own on lo (``WORKER_IP``) and a mount namespace in which Ray's temp directory is a
+private one; without either, the head pod's drivers attach to the worker pod's raylet whenever it
+registered first, and a frozen worker pod freezes the head's driver too: a hang no cluster has. What
+is still shared: the network stack (ports, hence the per-raylet ports) and the PID space.
 """
 
 from __future__ import annotations
@@ -31,6 +40,7 @@ from npu_rl.render.k8s import K8sOptions, render_text
 from test_ray_cluster import HEAD_PORT_FLAGS, NODE_PORT_FLAGS, free_ports, port_args, processes_naming, wait_until
 
 MOUNTS = ("/etc/npu-rl", "/workspace")
+WORKER_IP = "127.0.0.2"  # on lo (127.0.0.0/8) without configuring anything
 TASKS = ("worker", "head")
 
 
@@ -44,6 +54,17 @@ def _mapped(text: str, mounts: dict[str, Path]) -> str:
     for inside, outside in mounts.items():
         text = text.replace(inside, str(outside))
     return text
+
+
+def _namespace(binds: dict[Path, Path]) -> list[str]:
+    """A command prefix that runs the rest in a mount namespace of its own with ``binds`` ({where: what})
+    mounted; the command is exec'ed, so the pod's process is the command itself."""
+    if not binds:
+        return []
+    pairs = [str(p) for where, what in binds.items() for p in (what, where)]
+    script = ('n="$1"; shift; while [ "$n" -gt 0 ]; do mount --bind "$1" "$2" || exit 125; shift 2; '
+              'n=$((n - 1)); done; exec "$@"')
+    return ["unshare", "--mount", "--propagation", "private", "sh", "-c", script, "sh", str(len(binds)), *pairs]
 
 
 class Pods:
@@ -70,15 +91,16 @@ class Pods:
                 os.environ["NPU_RL_WORKSPACE"] = old
 
     def start(self, env: dict[str, dict[str, str]] | None = None,
-              wrap: dict[str, list[str]] | None = None) -> "Pods":
-        """Start both pods; ``env[task]`` adds pod variables, ``wrap[task]`` prefixes its command."""
+              mounts: dict[str, dict[Path, Path]] | None = None) -> "Pods":
+        """Start both pods; ``env[task]`` adds pod variables, ``mounts[task]`` volumes of its own
+        (``{where: what}``, bind-mounted in the pod's mount namespace)."""
         self.runs += 1
         ports = iter(free_ports(1 + len(HEAD_PORT_FLAGS) + 2 * len(NODE_PORT_FLAGS)))
         gcs = next(ports)
         docs = list(yaml.safe_load_all(render_text(self.recipe, "volcano", options=K8sOptions(ray_port=gcs))))
         configmap = next(d for d in docs if d and d["kind"] == "ConfigMap")
         job = next(d for d in docs if d and d["kind"] == "Job")
-        mounts = dict(zip(MOUNTS, (self.etc, self.ws)))
+        volumes = dict(zip(MOUNTS, (self.etc, self.ws)))
         for name, text in configmap["data"].items():
             (self.etc / name).write_text(text)
         bin_dir = Path(sys.executable).parent
@@ -90,17 +112,20 @@ class Pods:
         self.head_args: list[str] = []
         for task in TASKS:
             pod = _pod(job, task)
-            args = [_mapped(a, mounts) for a in pod["args"]]
+            args = [_mapped(a, volumes) for a in pod["args"]]
             if task == "head":
                 self.head_args = args
             penv = {k: v for k, v in os.environ.items() if not k.startswith(("VC_", "RAY_", "NPU_RL_", "HCCL_"))}
-            penv.update({e["name"]: _mapped(e["value"], mounts) for e in pod["env"]})
+            penv.update({e["name"]: _mapped(e["value"], volumes) for e in pod["env"]})
             sockets = (f"--raylet-socket-name {temp / ('r-' + task)} "
                        f"--plasma-store-socket-name {temp / ('p-' + task)}")
             # Ray waits 20 s for its dashboard to register (ray 2.46 _private/services.py start_api_server,
             # 200 polls of 0.1 s), which two raylets and a test on 2 loaded cores can miss; nothing here
             # reads the dashboard, so the head pod's runs without it.
             extra = port_args(HEAD_PORT_FLAGS, ports) + " --include-dashboard=false " if task == "head" else ""
+            # The worker pod's own address (the last --node-ip-address wins); Ray registers the head's
+            # 127.0.0.1 under this host's address (ray/_private/services.py resolve_ip_for_localhost).
+            extra += f" --node-ip-address={WORKER_IP} " if task == "worker" else ""
             penv.update(volcano, PATH=f"{bin_dir}:{penv['PATH']}", NPU_RL_IFNAME="lo", PYTHONUNBUFFERED="1",
                         # Worker ports from the OS: the raylets of two jobs on one machine share Ray's range.
                         NPU_RL_RAY_ARGS=f"--num-cpus 2 --object-store-memory 100000000 --temp-dir {temp} "
@@ -109,8 +134,13 @@ class Pods:
             penv.update((env or {}).get(task, {}))
             log = self.work / f"{task}-{self.runs}.log"
             self.logs[task] = log
+            own = dict((mounts or {}).get(task, {}))
+            if task == "worker":  # its container's /tmp: Ray's session directory of its own
+                private = self.work / f"worker-tmp-{self.runs}"
+                (private / temp.name).mkdir(parents=True)
+                own[self.temp] = private
             with open(log, "w") as out:
-                self.procs[task] = subprocess.Popen([*(wrap or {}).get(task, []), *args], cwd=self.ws, env=penv,
+                self.procs[task] = subprocess.Popen([*_namespace(own), *args], cwd=self.ws, env=penv,
                                                     stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
         return self
 
@@ -140,8 +170,15 @@ class Pods:
                 pass
 
     def wait(self, timeout: float = 600) -> dict[str, int]:
-        """Both pods' exit codes (the worker's after the head's), once no process of the cluster is left."""
+        """Both pods' exit codes (the worker's after the head's), once no process of the cluster is left.
+
+        The head's end ends the job: its exit code matches a policy (CompleteJob on TaskCompleted, AbortJob or
+        RestartJob on a failure) and Volcano deletes the job's other pods, whose containers get SIGTERM. A worker
+        pod left alone would exit too, once the head has been unreachable for HEAD_LOST_AFTER_S
+        (tests/cluster/test_ray_cluster.py), which no cluster waits for."""
         codes = {"head": self.procs["head"].wait(timeout=timeout)}
+        if self.procs["worker"].poll() is None:
+            self.procs["worker"].send_signal(signal.SIGTERM)
         codes["worker"] = self.procs["worker"].wait(timeout=120)
         wait_until(lambda: not self.left(), 60, "the cluster's processes to exit")
         return codes

@@ -1,11 +1,11 @@
 """Faults of a 2-node CPU job run from its rendered Volcano pods, and the restarts Volcano's RestartJob
 makes of them: the same pods run again, resuming from the newest complete checkpoint.
 
-One workspace goes through, in order: two preflight refusals (a variable set on one node only; a
-checkpoint directory that is not shared), a worker pod killed at step 2, a hung FSDP rank (one worker
-process SIGSTOPped) at step 3, every pod killed at once at step 4, a frozen worker pod (every process
-SIGSTOPped) at step 5, and a last restart that finishes. Every resumed step must train on the batch
-the uninterrupted run (the ``uninterrupted`` fixture) trained on at that step.
+One workspace goes through, in order: a preflight refusal naming two mistakes at once (a variable set
+on one node only; a checkpoint directory that is not shared), a worker pod killed at step 2, a hung
+FSDP rank (one worker process SIGSTOPped) at step 3, every pod killed at once at step 4, a frozen
+worker pod (every process SIGSTOPped) at step 5, and a last restart that finishes. Every resumed step
+must train on the batch the uninterrupted run (the ``uninterrupted`` fixture) trained on at that step.
 """
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ from npu_rl.exit_codes import Exit
 from npu_rl.launcher import run_files
 from npu_rl.patches.batch_fingerprint import METRIC
 
-from pods import STEPS, prepared_pods
+from pods import STEPS, WORKER_IP, prepared_pods
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(2400)]
 
@@ -42,20 +42,14 @@ def chain(request, tiny_model):
     try:
         ckpt = pods.in_ws(lambda: run_files.checkpoint_root(pods.recipe))
 
-        # 1. A variable set on one node and not on the other.
-        pods.start(env={"worker": {"HCCL_EXEC_TIMEOUT": "17"}})
-        out["env_mismatch"] = {"codes": pods.wait(), "log": pods.log("head"), "left": pods.left(),
-                               "steps": pods.in_ws(lambda: run_files.saved_steps(pods.recipe))}
-
-        # 2. The worker node sees a disk of its own where the checkpoints go (a node-local volume).
+        # 1-2. A job spec with two mistakes, both named at once: a variable set on one node and not on the
+        # other, and a worker node that sees a disk of its own where the checkpoints go (a node-local volume).
         local = pods.work / "node-local"
         local.mkdir()
         ckpt.mkdir(parents=True, exist_ok=True)
-        unshared = ["unshare", "--mount", "--propagation", "private", "sh", "-c",
-                    'mount --bind "$1" "$2" && shift 2 && exec "$@"', "sh", str(local), str(ckpt)]
-        pods.start(wrap={"worker": unshared})
-        out["unshared"] = {"codes": pods.wait(), "log": pods.log("head"), "left": pods.left(),
-                           "steps": pods.in_ws(lambda: run_files.saved_steps(pods.recipe))}
+        pods.start(env={"worker": {"HCCL_EXEC_TIMEOUT": "17"}}, mounts={"worker": {ckpt: local}})
+        out["misconfigured"] = {"codes": pods.wait(), "log": pods.log("head"), "left": pods.left(),
+                                "steps": pods.in_ws(lambda: run_files.saved_steps(pods.recipe))}
 
         # 3. The worker pod killed at step 2.
         pods.start()
@@ -111,21 +105,36 @@ def chain(request, tiny_model):
         shutil.rmtree(pods.work, ignore_errors=True)
 
 
-def test_a_variable_set_on_one_node_only_is_refused_before_training(chain):
-    run = chain["env_mismatch"]
+def _id(text: str, ip: str) -> str:
+    (node,) = re.findall(rf"on {re.escape(ip)} \((\w{{8}})\)", text) or [text]
+    return node
+
+
+def _head_ip(text: str) -> str:
+    (ip,) = [ip for ip in re.findall(r"on (\S+) \(", text) if ip != WORKER_IP] or [text]
+    return ip
+
+
+def _refusal(chain) -> str:
+    run = chain["misconfigured"]
     assert run["codes"]["head"] == Exit.BAD_INPUT, run["log"][-3000:]
-    (line,) = _error_lines(run["log"])
-    # Ray registers a node started on 127.0.0.1 under the host's address; the two nodes differ by id.
-    assert re.search(r"HCCL_EXEC_TIMEOUT: '17' on \S+ \(\w{8}\); unset on \S+ \(\w{8}\)$", line), line
     assert "step:" not in run["log"] and run["steps"] == [] and run["left"] == []
+    (line,) = _error_lines(run["log"])
+    return line
+
+
+def test_a_variable_set_on_one_node_only_is_refused_before_training(chain):
+    line = _refusal(chain)
+    # Each node by its address and id: the worker pod's own address, the head's as Ray registers 127.0.0.1.
+    (values,) = re.findall(r"HCCL_EXEC_TIMEOUT: ([^|]*) \| ", line) or [line]
+    assert sorted(values.split("; ")) == sorted([f"'17' on {WORKER_IP} ({_id(values, WORKER_IP)})",
+                                                 f"unset on {_head_ip(values)} ({_id(values, _head_ip(values))})"])
 
 
 def test_a_checkpoint_directory_that_is_not_shared_is_refused_before_training(chain):
-    run = chain["unshared"]
-    assert run["codes"]["head"] == Exit.BAD_INPUT, run["log"][-3000:]
-    (line,) = _error_lines(run["log"])
-    assert "is not shared" in line and "ReadWriteMany" in line, line
-    assert "step:" not in run["log"] and run["steps"] == [] and run["left"] == []
+    line = _refusal(chain)
+    assert re.search(r"\| checkpoint directory \S+ is not shared: node \S+ \(\w{8}\) does not see what", line), line
+    assert line.endswith("mount the same ReadWriteMany volume on every node"), line
 
 
 def test_a_killed_worker_pod_is_named_and_the_head_exits_to_be_restarted(chain):

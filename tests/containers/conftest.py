@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import shutil
 import sys
+import tempfile
 import uuid
 from pathlib import Path
 
@@ -120,17 +121,21 @@ def podman_api(tmp_path_factory: pytest.TempPathFactory):
 
     require_tool("podman")
     state = tmp_path_factory.mktemp("podman")
+    # podman refuses a runroot longer than 50 characters, which pytest-xdist's per-worker temp dirs are.
+    runroot = Path(tempfile.mkdtemp(prefix="npu-rl-pm-", dir="/tmp"))
     # Private image storage: the tests never touch the user's images, and cleanup is deleting `state`.
-    storage = ["--root", str(state / "root"), "--runroot", str(state / "run"), "--storage-driver", "vfs"]
+    storage = ["--root", str(state / "root"), "--runroot", str(runroot), "--storage-driver", "vfs"]
     service = podman_service(storage)
     try:
         host = service.__enter__()
     except UserError as err:
+        shutil.rmtree(runroot, ignore_errors=True)
         skip_or_fail(str(err))
     try:
         yield host
     finally:
         service.__exit__(None, None, None)
+        shutil.rmtree(runroot, ignore_errors=True)
 
 
 @pytest.fixture
