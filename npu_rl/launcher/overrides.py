@@ -219,7 +219,9 @@ def _platform_overrides(recipe: Recipe) -> list[str]:
 
 
 def patches_for(recipe: Recipe) -> list[str]:
-    names = ["batch_fingerprint"]  # every run: a resumed run's batches can be compared with the run it continues
+    # Every run: a resumed run's batches can be compared with the run it continues; the reward's parts
+    # show what a reward rise is made of (every recipe scores with npu_rl.reward.math).
+    names = ["batch_fingerprint", "reward_parts"]
     if recipe.resources.platform == "cpu":
         names.append("cpu")
     if "file" in recipe.logging.backends:

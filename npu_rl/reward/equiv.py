@@ -63,6 +63,15 @@ candidates earns nothing)
     is ``x = 5``.
   * Matrices: same dimensions, entries in order.
 
+Evaluated answers (a rubric rule on top of "equal", :mod:`npu_rl.reward.evaluated`)
+  * "Equal" compares values, so ``17 \\times 23`` equals ``391``; the rubric pays
+    accuracy only for an evaluated answer. Arithmetic between numerals (sums,
+    differences, products, quotients other than a fraction, ``-(-7)``, ``|-7|``)
+    restates the computation and earns nothing, on every path; fractions (even
+    unreduced), powers and scientific notation of numerals, and anything with a
+    radical, ``\\pi``, a function or a variable in it, keep their verdict. None of
+    MATH-500's reference answers is refused by it.
+
 ``judge`` answers True/False when the fast path decides and None when only the
 worker can; the worker's None (a list too long to match) counts as False.
 """

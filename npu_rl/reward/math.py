@@ -6,9 +6,14 @@ reward manager, ``compute_score_batch`` its ``batch`` manager; both take the
 recipe's ``weights`` and ``timeout_s`` through ``custom_reward_function.reward_kwargs``.
 
 score = w_acc * acc + acc * (format + cot): a wrong answer earns nothing, so the
-policy cannot farm format points. The returned ``format`` and ``cot`` are what
-the response's form would earn (logged even when the answer is wrong, to watch
-the format being learnt); ``pred`` is the extracted final answer ("" if none).
+policy cannot farm format points. An answer that restates a computation between
+numerals (``17 \\times 23`` for 391) is not right whatever its value
+(:mod:`npu_rl.reward.evaluated`); ``unevaluated`` says it was one, ``boxed`` that
+the final answer was in the ``\\boxed{}`` the prompt asks for. The returned
+``format`` and ``cot`` are what the response's form would earn (logged even when
+the answer is wrong, to watch the format being learnt); ``pred`` is the
+extracted final answer ("" if none). verl keeps these parts per sample, and the
+``reward_parts`` patch logs their step means as ``reward/<part>``.
 """
 
 from __future__ import annotations
@@ -16,11 +21,13 @@ from __future__ import annotations
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
+from functools import lru_cache
 from typing import Any, Mapping, Sequence
 
 from npu_rl.reward.worker_pool import get_pool
 from npu_rl.reward.equiv import judge
-from npu_rl.reward.extract import extract_answer
+from npu_rl.reward.evaluated import unevaluated
+from npu_rl.reward.extract import Extraction, extract_answer
 from npu_rl.reward.rubric import Weights, cot_fraction, format_fraction, weights_from
 
 DEFAULT_TIMEOUT_S = 1.0
@@ -34,16 +41,26 @@ def _timeout(value: Any) -> float:
     return t
 
 
-def _result(acc: bool, pred: str, response: str, w: Weights) -> dict[str, Any]:
+def _result(equal: bool, pred: str, response: str, w: Weights) -> dict[str, Any]:
+    restated = unevaluated(pred)
+    acc = equal and not restated
     fmt = w.format * format_fraction(response)
     cot = w.cot * cot_fraction(response)
     score = w.accuracy + fmt + cot if acc else 0.0
+    boxed = bool(pred) and _extract(response).reason == "boxed"
     # Rounded so that a perfect answer scores exactly 1.0, not 0.9999999999999999.
-    return {"score": round(score, 6), "acc": float(acc), "format": round(fmt, 6), "cot": round(cot, 6), "pred": pred}
+    return {"score": round(score, 6), "acc": float(acc), "format": round(fmt, 6), "cot": round(cot, 6),
+            "boxed": float(boxed), "unevaluated": float(restated), "pred": pred}
 
 
 def _zero(pred: str = "") -> dict[str, Any]:
-    return {"score": 0.0, "acc": 0.0, "format": 0.0, "cot": 0.0, "pred": pred}
+    return {"score": 0.0, "acc": 0.0, "format": 0.0, "cot": 0.0, "boxed": 0.0, "unevaluated": 0.0, "pred": pred}
+
+
+@lru_cache(maxsize=256)
+def _extract(response: str) -> Extraction:
+    # Each response is read twice in a row (its answer, then whether it was boxed): scan it once.
+    return extract_answer(response)
 
 
 def _fast(response: Any, ground_truth: Any) -> tuple[str, bool | None]:
@@ -53,7 +70,7 @@ def _fast(response: Any, ground_truth: Any) -> tuple[str, bool | None]:
     gt = str(ground_truth).strip()
     if not gt or len(gt) > _MAX_GT_CHARS:
         return "", False
-    pred = extract_answer(response).answer
+    pred = _extract(response).answer
     if pred is None:
         return "", False
     return pred, judge(pred, gt)

@@ -43,7 +43,9 @@ _SPACING = re.compile(r"(?<!\\)\\(?:displaystyle|left|right|big|Big|bigg|Bigg|[,
 _DEGREES = re.compile(r"\^\s*\{\s*\\circ\s*\}|\^\s*\\circ|°|\\degree|\\circ")
 _LHS = re.compile(r"^((?:[A-Za-z]|\\[A-Za-z]+)(?:_\{?\w+\}?)?(?:\([a-z]\))?)\s*=(?!=)")
 _MEMBER = re.compile(r"^[A-Za-z]\s*\\in\s*")  # "x \in [-2, 7]" is the interval
-_THOUSANDS = re.compile(r"^-?\d{1,3}(?:,\d{3})+(?:\.\d+)?$")
+# Digit groups of three after a comma, a space or both (what \, and \! become): 10,\!080 is 10080,
+# never the product 10 x 80.
+_THOUSANDS = re.compile(r"^-?\d{1,3}(?:(?:,\s?|\s)\d{3})+(?:\.\d+)?$")
 _MC = re.compile(r"^\(?([A-E])\)?$")
 _REALS = re.compile(r"\\mathbb\s*\{?\s*R\s*\}?")
 _ARG = r"\s*(?:\{\s*(\d+)\s*\}|(\d))"
@@ -125,8 +127,8 @@ def _read(answer: str) -> tuple[str, frozenset[str]]:
     s = _MEMBER.sub("", s).strip()
     s = re.sub(r"\s+", " ", s).strip()
     s = read_numerals(s)
-    if _THOUSANDS.match(s.replace(" ", "")):
-        s = s.replace(",", "")
+    if _THOUSANDS.match(s):
+        s = s.replace(",", "").replace(" ", "")
     mc = _MC.match(s)
     return (mc.group(1) if mc else s), frozenset(named)
 

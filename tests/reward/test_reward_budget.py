@@ -13,7 +13,7 @@ import pytest
 
 # Scheduling slack on a loaded 2-core CI box; the reward itself stops 50 ms early.
 SLACK_S = 0.3
-KEYS = {"score", "acc", "format", "cot", "pred"}
+KEYS = {"score", "acc", "format", "cot", "boxed", "unevaluated", "pred"}
 
 PATHOLOGICAL = [
     ("x" * 100_000 + "\\boxed{3}", "3"),

@@ -93,3 +93,12 @@ def test_each_reference_answer_respelled_is_itself_on_both_paths(reward, referen
     assert not wrong, wrong[:10]
     wrong = [(v, gt) for v, gt, same in pairs if bool(judge(v, gt, leaf=sympy_only)) is not same]
     assert not wrong, wrong[:10]
+
+
+def test_math_writes_its_reference_answers_evaluated(references):
+    # The rubric refuses an answer that restates a computation between numerals (17 \times 23 for 391);
+    # MATH never writes a reference that way, so the rule costs a right answer nothing.
+    from npu_rl.reward.evaluated import unevaluated
+
+    assert len(references) == 500
+    assert [gt for gt in references if unevaluated(gt)] == []

@@ -29,7 +29,7 @@ def _check(reward, response: str, gt: str) -> None:
     start = time.monotonic()
     r = reward.compute_score("math", response, gt, timeout_s=0.5)
     assert time.monotonic() - start < 0.5 + SLACK_S
-    assert set(r) == {"score", "acc", "format", "cot", "pred"}
+    assert set(r) == {"score", "acc", "format", "cot", "boxed", "unevaluated", "pred"}
     assert 0.0 <= r["score"] <= 1.0 and r["acc"] in (0.0, 1.0) and isinstance(r["pred"], str)
     assert r["score"] == 0.0 or r["acc"] == 1.0  # no points without the right answer
 
