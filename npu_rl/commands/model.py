@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 
+from ..model.warmstart import FORMAT_ERROR, SIGN_ERROR
 from . import options
 from .argtypes import output_dir, positive_int, probability
 
@@ -20,10 +21,10 @@ def register(sub: argparse._SubParsersAction) -> None:
     t.add_argument("--seed", type=int, default=0)
     t.add_argument("--warm-start-steps", type=int, default=1000,
                    help="teacher-forcing steps on the sample's worked answers (0: leave it random)")
-    t.add_argument("--sign-error", type=probability, default=0.5,
-                   help="how often the warm start's teacher gets the answer's sign wrong (default 0.5)")
-    t.add_argument("--format-error", type=probability, default=0.6,
-                   help="how often the warm start's teacher leaves the answer unboxed (default 0.6)")
+    t.add_argument("--sign-error", type=probability, default=SIGN_ERROR,
+                   help=f"how often the warm start's teacher gets the answer's sign wrong (default {SIGN_ERROR})")
+    t.add_argument("--format-error", type=probability, default=FORMAT_ERROR,
+                   help=f"how often the warm start's teacher leaves the answer unboxed (default {FORMAT_ERROR})")
     t.set_defaults(func=_tiny)
 
     f = msub.add_parser("fetch", help="download REPO_ID (or copy a local dir) and apply the recipe's tokenizer config")

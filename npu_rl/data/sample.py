@@ -1,11 +1,12 @@
 """The demo's MATH-style sample, written by the npu-rl team (no third-party data).
 
-Simple algebra whose answer is a number from the problem with the right sign:
-solve ``x + 7 = 0``, ``|-7|``, ``-(-7)``, ``7 \\times (-1)``... A tiny CPU model
+Simple prealgebra whose answer is a number from the problem with the right sign:
+the opposite of ``7``, ``|-7|``, ``-(-7)``, ``7 \\times (-1)``... A tiny CPU model
 learns to copy the number quickly; whether the sign is right depends on the
 problem's form, which is what GRPO has to learn in the demo (see
 ``npu_rl.model.warmstart``: the warm start imitates a teacher that gets the sign
-wrong half the time).
+wrong half the time). Copying the problem's expression (``\\boxed{-(-7)}``) earns
+nothing: the reward pays evaluated answers only (``npu_rl.reward.evaluated``).
 
 Problems are generated deterministically in MATH-lighteval's schema (problem,
 level, type, solution with a final ``\\boxed{}``) and committed as parquet under
@@ -22,37 +23,36 @@ from pathlib import Path
 
 from ..paths import config_dir
 
-VARIABLES = "xyzatmnk"
 MAX_NUMBER = 99
 
 
-def _solve_plus(rng: random.Random) -> tuple[str, str, str]:
-    v, n = rng.choice(VARIABLES), rng.randint(1, MAX_NUMBER)
-    return (f"Solve for ${v}$: ${v} + {n} = 0$.", "Algebra",
-            f"Subtract {n} from both sides: ${v} = \\boxed{{{-n}}}$.")
+def _opposite(rng: random.Random) -> tuple[str, str, str]:
+    n = rng.randint(1, MAX_NUMBER)
+    return (f"What is the opposite of ${n}$?", "Prealgebra",
+            f"The opposite of {n} is negative: $\\boxed{{{-n}}}$.")
 
 
-def _solve_minus(rng: random.Random) -> tuple[str, str, str]:
-    v, n = rng.choice(VARIABLES), rng.randint(1, MAX_NUMBER)
-    return (f"Solve for ${v}$: ${v} - {n} = 0$.", "Algebra",
-            f"Add {n} to both sides: ${v} = \\boxed{{{n}}}$.")
+def _distance(rng: random.Random) -> tuple[str, str, str]:
+    n = rng.randint(1, MAX_NUMBER)
+    return (f"How far is ${-n}$ from $0$ on the number line?", "Prealgebra",
+            f"The distance from -{n} to 0 is never negative: $\\boxed{{{n}}}$.")
 
 
 def _abs_negative(rng: random.Random) -> tuple[str, str, str]:
     n = rng.randint(1, MAX_NUMBER)
     return (f"What is $|-{n}|$?", "Prealgebra",
-            f"The absolute value of a negative number is its opposite: $\\boxed{{{n}}}$.")
+            f"The absolute value of -{n} is its opposite: $\\boxed{{{n}}}$.")
 
 
 def _double_negative(rng: random.Random) -> tuple[str, str, str]:
     n = rng.randint(1, MAX_NUMBER)
-    return f"Simplify $-(-{n})$.", "Prealgebra", f"The opposite of the opposite is the number: $\\boxed{{{n}}}$."
+    return f"Simplify $-(-{n})$.", "Prealgebra", f"The opposite of -{n} is the number: $\\boxed{{{n}}}$."
 
 
 def _times_minus_one(rng: random.Random) -> tuple[str, str, str]:
     n = rng.randint(1, MAX_NUMBER)
     return (f"Compute ${n} \\times (-1)$.", "Prealgebra",
-            f"Multiplying by $-1$ changes the sign: $\\boxed{{{-n}}}$.")
+            f"Multiplying {n} by $-1$ changes the sign: $\\boxed{{{-n}}}$.")
 
 
 def _negated_abs(rng: random.Random) -> tuple[str, str, str]:
@@ -61,8 +61,13 @@ def _negated_abs(rng: random.Random) -> tuple[str, str, str]:
             f"The absolute value is {n}, and its opposite is $\\boxed{{{-n}}}$.")
 
 
+# Each form worded apart from the others: a 2-layer model tells forms apart by their words far sooner than
+# by one operator inside an equation (with "x + 7 = 0" and "x - 7 = 0" it learnt the other forms' signs in
+# 48 steps, and answered both of those with the same sign).
+# Each worked answer names the number, as a worked solution does: the tiny model learns to copy it through
+# its own reasoning within the warm start (without, 1000 steps left it boxing other numbers).
 GENERATORS: tuple[Callable[[random.Random], tuple[str, str, str]], ...] = (
-    _solve_plus, _solve_minus, _abs_negative, _double_negative, _times_minus_one, _negated_abs,
+    _opposite, _distance, _abs_negative, _double_negative, _times_minus_one, _negated_abs,
 )  # fmt: skip
 
 

@@ -21,6 +21,7 @@ class Grade:
     acc: float
     score: float
     pred: str | None = None
+    boxed: float | None = None  # the answer was in the \\boxed{} the prompt asks for (None: the reward does not say)
 
 
 def load_grader(module: str = DEFAULT_REWARD, name: str = "compute_score") -> Grader:
@@ -40,8 +41,9 @@ def to_grade(result: Any) -> Grade:
     if isinstance(result, dict):
         score = float(result.get("score", 0.0))
         acc = float(result["acc"]) if "acc" in result else float(score > 0)
-        pred = result.get("pred")
-        return Grade(acc=acc, score=score, pred=None if pred is None else str(pred))
+        pred, boxed = result.get("pred"), result.get("boxed")
+        return Grade(acc=acc, score=score, pred=None if pred is None else str(pred),
+                     boxed=None if boxed is None else float(boxed))
     score = float(result)
     return Grade(acc=float(score > 0), score=score)
 

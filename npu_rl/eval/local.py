@@ -24,6 +24,7 @@ class Sample:
     acc: float
     score: float
     pred: str | None
+    boxed: float | None = None
 
 
 @dataclass
@@ -46,7 +47,9 @@ class EvalResult:
         return 100.0 * self.correct / self.n if self.n else 0.0
 
     def rows(self, baseline: bool = False) -> list[Row]:
-        """accuracy (percent) and mean reward per dataset, so reward-vs-accuracy gaps show in the table."""
+        """accuracy (percent) and mean reward per dataset, so reward-vs-accuracy gaps show in the table; where
+        the reward says which answers were boxed, the boxed share and the accuracy among boxed answers
+        (percent), which tell a model that learnt the format from one that learnt the answers."""
         by_ds: dict[str, list[Sample]] = {}
         for s in self.samples:
             by_ds.setdefault(dataset_label(s.data_source), []).append(s)
@@ -56,6 +59,11 @@ class EvalResult:
             reward = sum(s.score for s in items) / len(items)
             rows.append(Row(self.model, self.step, ds, "accuracy", acc, baseline))
             rows.append(Row(self.model, self.step, ds, "reward", reward, baseline))
+            if all(s.boxed is not None for s in items):
+                boxed = [s for s in items if s.boxed]
+                rows.append(Row(self.model, self.step, ds, "boxed", 100.0 * len(boxed) / len(items), baseline))
+                right = 100.0 * sum(1 for s in boxed if s.acc > 0) / len(boxed) if boxed else 0.0
+                rows.append(Row(self.model, self.step, ds, "boxed accuracy", right, baseline))
         return rows
 
     def write_samples(self, path: Path) -> Path:
@@ -174,7 +182,7 @@ def grade_outputs(problems: list[Problem], outputs: list[str], prompts: list[str
     samples = []
     for p, prompt, text in zip(problems, prompts, outputs, strict=True):
         g: Grade = grade(grader, p.data_source, text, p.ground_truth, p.extra_info)
-        samples.append(Sample(p.data_source, prompt, text, p.ground_truth, g.acc, g.score, g.pred))
+        samples.append(Sample(p.data_source, prompt, text, p.ground_truth, g.acc, g.score, g.pred, g.boxed))
     return samples
 
 

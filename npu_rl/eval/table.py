@@ -24,9 +24,12 @@ class Row:
     baseline: bool = False
 
 
+PERCENT = ("accuracy", "boxed", "boxed accuracy")  # metrics in percent; the rest are means in 0-1
+
+
 def format_score(metric: str, score: float, sign: bool = False) -> str:
-    """Accuracy in percent with two decimals as OpenCompass prints it; a mean reward (0-1) needs three."""
-    return f"{score:{'+' if sign else ''}.{2 if metric == 'accuracy' else 3}f}"
+    """Percentages with two decimals as OpenCompass prints them; a mean reward (0-1) needs three."""
+    return f"{score:{'+' if sign else ''}.{2 if metric in PERCENT else 3}f}"
 
 
 @dataclass(frozen=True)
@@ -102,7 +105,7 @@ class ResultTable:
                 lines.append(
                     f"- {d.dataset} {d.metric}: {format_score(d.metric, d.baseline)} -> "
                     f"{format_score(d.metric, d.score)} at step {d.step} "
-                    f"({format_score(d.metric, d.points, sign=True)}{' points' if d.metric == 'accuracy' else ''}{rel})"
+                    f"({format_score(d.metric, d.points, sign=True)}{' points' if d.metric in PERCENT else ''}{rel})"
                 )
         return "\n".join(lines) + "\n"
 

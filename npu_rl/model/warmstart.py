@@ -10,11 +10,14 @@ The teacher is fallible in two ways, each drawn afresh every time an example is
 used: with probability ``sign_error`` it gets the answer's sign wrong, and with
 probability ``format_error`` it states the answer in a sentence instead of the
 ``\\boxed{}`` the prompt asks for (which the reward cannot grade as right). The
-warmed-up model therefore copies the right number but boxes it, and picks its
-sign, by coin flips: a minority of its answers are right, on training and
-held-out problems alike. Nothing but the reward tells the right choices apart,
-so a held-out gain after GRPO is the reward's doing; with an infallible teacher
-there would be nothing left for RL to learn.
+warmed-up model therefore copies the right number and mostly boxes it, but picks
+its sign by a coin flip: about half of its boxed answers are right, on training
+and held-out problems alike. Nothing but the reward tells the right sign from
+the wrong one, so a held-out gain among boxed answers after GRPO is the reward's
+doing; with an infallible teacher there would be nothing left for RL to learn.
+The format is left mostly learnt (``FORMAT_ERROR``) so that the demo's gain is
+in the answers, not in the box: with the teacher leaving 60% unboxed, the base
+model's greedy answers were never boxed and most of the demo's gain was format.
 """
 
 from __future__ import annotations
@@ -33,6 +36,9 @@ def flip_sign(answer: str) -> str:
     """The teacher's slip: ``-7`` for ``7`` and ``7`` for ``-7``."""
     return answer[1:] if answer.startswith("-") else f"-{answer}"
 
+
+SIGN_ERROR = 0.5
+FORMAT_ERROR = 0.3
 
 Example = tuple[list[int], int]  # token ids (prompt + response), prompt length
 
@@ -62,7 +68,7 @@ def build_examples(tokenizer, rows: list[dict], prompt_suffix: str) -> list[dict
 
 
 def warm_start(model_dir: Path, rows: list[dict], *, steps: int = 1000, batch_size: int = 16, lr: float = 3e-3,
-               sign_error: float = 0.5, format_error: float = 0.6, seed: int = 0) -> float:
+               sign_error: float = SIGN_ERROR, format_error: float = FORMAT_ERROR, seed: int = 0) -> float:
     """Teacher-force the fallible teacher's answers into ``model_dir`` in place; returns the final loss."""
     for name, p in (("sign_error", sign_error), ("format_error", format_error)):
         if not 0.0 <= p <= 1.0:

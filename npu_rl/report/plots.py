@@ -34,6 +34,8 @@ def _panels(series: dict[str, Series], t: Thresholds) -> list[tuple[str, list[st
         ("Response length (mean)", [t.response_length.metric], []),
         ("Response clip ratio", [t.response_length.clip_metric], []),
         ("Training score", ["critic/score/mean"], []),
+        # What the score is made of: answers in the box, right answers, restated computations.
+        ("Reward parts", ["reward/boxed", "reward/acc", "reward/unevaluated"], []),
     ]
     for ds, pair in sorted(validation_series(series).items()):
         panels.append((f"Validation: {ds}", [s.tag for s in pair.values()], []))

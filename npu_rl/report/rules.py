@@ -174,9 +174,20 @@ def non_finite(ctx: Context) -> list[Hit]:
     return hits
 
 
+def _converged(ctx: Context) -> str | None:
+    if ctx.eval_accuracy is None:
+        return None
+    base, trained, step = ctx.eval_accuracy
+    if trained > base and trained >= ctx.thresholds.entropy.converged_accuracy:
+        return (f"entropy_collapse rule skipped: held-out accuracy rose {base:.2f} -> {trained:.2f} at step {step} "
+                f"(at least {ctx.thresholds.entropy.converged_accuracy:g}%): a policy that stops exploring a task it "
+                "solves has converged.")
+    return None
+
+
 @rule("every", "Mode collapse: the policy stopped exploring. Check the rollouts for one repeated answer, the "
       "reward for a shortcut it exploits; consider a lower lr, entropy_coeff > 0 or a higher temperature.",
-      reads=("entropy", "metric"))
+      reads=("entropy", "metric"), skipped=_converged)
 def entropy_collapse(t: th.Entropy, s: Series) -> list[Hit]:
     head = s.values[np.isfinite(s.values)][: t.baseline_points]
     if not len(head):
@@ -284,11 +295,12 @@ def length_clipped(t: th.ResponseLength, c: Series) -> list[Hit]:
             for a, b in runs(c.values >= t.clip_near_one, t.clip_points)]
 
 
-_VAL_TAG = re.compile(r"^val-(?:core|aux)/(?P<ds>.+)/(?P<var>reward|acc)/mean@(?P<n>\d+)$")
+_VAL_TAG = re.compile(r"^val-(?:core|aux)/(?P<ds>.+)/(?P<var>reward|acc|boxed)/mean@(?P<n>\d+)$")
 
 
 def validation_series(series: dict[str, Series]) -> dict[str, dict[str, Series]]:
-    """{data source: {"reward"|"acc": series}} using the largest mean@N verl logged."""
+    """{data source: {"reward"|"acc"|"boxed": series}} using the largest mean@N verl logged (``boxed``: the
+    share of answers in the required box, where the reward reports it)."""
     best: dict[tuple[str, str], tuple[int, Series]] = {}
     for tag, s in series.items():
         m = _VAL_TAG.match(tag)

@@ -33,6 +33,7 @@ class Entropy(_OneMetric):
     fall_fraction: float = Field(gt=0, le=1)
     baseline_points: int = Field(gt=0)
     min_points: int = Field(gt=0)
+    converged_accuracy: float = Field(ge=0, le=100)
 
 
 class Kl(_OneMetric):

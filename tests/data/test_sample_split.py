@@ -24,7 +24,7 @@ def test_committed_parquet_is_what_the_generator_writes():
         assert pq.read_table(path).to_pylist() == rows, f"{path} is stale: python -m npu_rl.data.sample"
 
 
-FORMS = {"solve +": r"^Solve for \$\w\$: \$\w \+ ", "solve -": r"^Solve for \$\w\$: \$\w - ",
+FORMS = {"opposite": r"^What is the opposite of \$\d+\$", "distance": r"^How far is \$-\d+\$ from \$0\$",
          "abs": r"^What is \$\|-", "double negative": r"^Simplify \$-\(-",
          "times -1": r"\\times \(-1\)", "negated abs": r"^What is \$-\|"}
 
@@ -41,3 +41,17 @@ def test_every_form_is_in_both_splits_and_its_worked_answer_scores():
         slipped = right.replace("{-", "{") if truth.startswith("-") else right.replace("{", "{-", 1)
         assert compute_score("math", right, truth)["acc"] == 1.0
         assert compute_score("math", slipped, truth)["acc"] == 0.0, slipped
+
+
+def test_copying_the_problems_expression_earns_nothing():
+    # The forms whose problem holds an expression with the answer's value: copying it into the box is a
+    # restated computation, never a right answer.
+    copied = 0
+    for row in splits()["test"]:
+        m = re.search(r"\$([^$]*[|(\\][^$]*)\$", row["problem"])
+        if m is None:
+            continue
+        r = compute_score("math", f"<answer>\n\\boxed{{{m.group(1)}}}\n</answer>", extract_ground_truth(row["solution"]))
+        assert (r["acc"], r["unevaluated"]) == (0.0, 1.0), (m.group(1), r)
+        copied += 1
+    assert copied >= 10

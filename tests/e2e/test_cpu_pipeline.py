@@ -1,9 +1,19 @@
-"""The CPU pipeline end to end with real verl and real Ray: train 2 steps, resume to 4, merge, load."""
+"""The CPU pipeline end to end with real verl and real Ray, as an operator meets it: a run stopped by
+SIGTERM (what `docker stop`, a pod deletion or `timeout` send) mid-training, its newest checkpoint
+damaged, the same command resuming from the newest complete one and finishing, re-running a finished
+run as a no-op, then merge, load and generate."""
 
 from __future__ import annotations
 
+import json
+import os
 import re
+import signal
+import subprocess
+import sys
+import time
 
+import psutil
 import pytest
 import torch
 
@@ -14,40 +24,105 @@ from npu_rl.report.scalars import load_run
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(1200)]
 
-EXPERIMENT = "e2e"
+STEPS = 4
+SETS = {"logging.experiment": "e2e", "algorithm.total_training_steps": STEPS, "checkpoint.save_freq": 1,
+        "checkpoint.max_to_keep": 2, "checkpoint.test_freq": 100}
+ARGS = ["--recipe", "tiny_math_cpu", *[a for k, v in SETS.items() for a in ("--set", f"{k}={v}")]]
 
 
-def _train(steps: int) -> int:
-    return main(["train", "--recipe", "tiny_math_cpu", "--set", f"algorithm.total_training_steps={steps}",
-                 "--set", f"logging.experiment={EXPERIMENT}"])
+def _alive(pids: list[int]) -> list[int]:
+    out = []
+    for pid in pids:
+        try:
+            if psutil.Process(pid).status() != psutil.STATUS_ZOMBIE:
+                out.append(pid)
+        except psutil.NoSuchProcess:
+            pass
+    return out
 
 
-def test_train_checkpoint_resume_merge_load(tmp_path, monkeypatch, capfd, tiny_model):
+def _steps(out: str) -> set[str]:
+    return set(re.findall(r"\bstep:(\d+) - ", out))
+
+
+def _metric_steps(recipe, start: int) -> list[int]:
+    return [json.loads(line)["step"] for line in run_files.metrics_file(recipe, start).read_text().splitlines()]
+
+
+def test_sigterm_damaged_checkpoint_resume_finished_merge_load(tmp_path, monkeypatch, capfd, tiny_model):
     monkeypatch.setenv("NPU_RL_WORKSPACE", str(tmp_path))
-    recipe = load_recipe("tiny_math_cpu", {"logging.experiment": EXPERIMENT})
+    recipe = load_recipe("tiny_math_cpu", SETS)
     tiny_model(run_files.model_dir(recipe), steps=100)
     assert main(["data", "math", "--from", "sample", "--out", str(tmp_path / "data" / "math-sample")]) == 0
 
-    assert _train(2) == 0
-    assert run_files.latest_step(recipe) == 2
-    assert run_files.saved_steps(recipe) == [2]
-    first = capfd.readouterr().out
+    # 1. SIGTERM once step 2 is logged (verl saves a step's checkpoint before it logs the step).
+    log = tmp_path / "train.out"
+    proc = subprocess.Popen([sys.executable, "-m", "npu_rl", "train", *ARGS], env={**os.environ},
+                            stdout=open(log, "w"), stderr=subprocess.STDOUT, start_new_session=True)
+    try:
+        deadline = time.monotonic() + 300
+        while "step:2 - " not in log.read_text(errors="replace"):
+            assert proc.poll() is None and time.monotonic() < deadline, log.read_text()[-3000:]
+            time.sleep(0.2)
+        tree = [proc.pid] + [c.pid for c in psutil.Process(proc.pid).children(recursive=True)]
+        assert len(tree) >= 6  # driver, ray start, GCS, raylet, TaskRunner and FSDP workers at least
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(timeout=60) == 128 + signal.SIGTERM
+        end = time.monotonic() + 10
+        while _alive(tree) and time.monotonic() < end:
+            time.sleep(0.2)
+        assert _alive(tree) == [], [psutil.Process(p).cmdline()[:3] for p in _alive(tree)]
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    first = log.read_text(errors="replace")
+    assert "SIGTERM: stopping verl" in first
+    # Stopped within step 3 (or just after its save): max_to_keep 2 checkpoints, every logged step on disk.
+    newest = run_files.latest_step(recipe)
+    assert newest in (2, 3) and run_files.saved_steps(recipe) == [newest - 1, newest]
+    assert {"1", "2"} <= _steps(first) <= {str(s) for s in range(1, newest + 1)}  # saved, then logged
+    assert _metric_steps(recipe, 0) == sorted(map(int, _steps(first)))  # flushed when each step ended
 
-    assert _train(4) == 0
-    second = capfd.readouterr().out
-    assert "resuming e2e from global_step_2" in second
-    # verl continued at step 3: the resumed run logs steps 3 and 4 only
-    assert re.findall(r"\bstep:(\d+) - ", first) and set(re.findall(r"\bstep:(\d+) - ", first)) == {"1", "2"}
-    assert set(re.findall(r"\bstep:(\d+) - ", second)) == {"3", "4"}
-    assert run_files.saved_steps(recipe) == [2, 4]
+    # 2. One optimizer shard of the newest checkpoint lost (a disk fault, a kill during the save).
+    (run_files.step_dir(recipe, newest) / "actor" / "optim_world_size_2_rank_1.pt").unlink()
+    assert run_files.latest_step(recipe) == newest - 1
+    capfd.readouterr()
+    assert main(["merge", *ARGS, "--step", str(newest)]) == 2
+    err = capfd.readouterr().err.strip().splitlines()[-1]
+    assert err.startswith(f"npu-rl: error: --step {newest}: global_step_{newest} is incomplete (1 shard(s) missing")
+
+    # 3. The same command again: it skips the damaged checkpoint, resumes from the one before, finishes.
+    assert main(["train", *ARGS]) == 0
+    out = capfd.readouterr().out
+    resumed = newest - 1
+    assert f"skipping damaged global_step_{newest}: 1 shard(s) missing or empty" in out
+    assert f"resuming e2e from global_step_{resumed}" in out
+    assert _steps(out) == {str(s) for s in range(resumed + 1, STEPS + 1)}  # the damaged step trained again
+    assert _metric_steps(recipe, resumed) == list(range(resumed + 1, STEPS + 1))  # the segment's own file
+    # max_to_keep 2 across both segments: the older ones rotated away, the re-saved step complete again.
+    assert run_files.saved_steps(recipe) == [STEPS - 1, STEPS]
+    assert not run_files.step_dir(recipe, 1).exists()
 
     scalars = load_run(run_files.log_root(recipe))
-    assert list(scalars["timing_s/step"].steps) == [1, 2, 3, 4]
-    for tag in ("actor/pg_loss", "actor/kl_loss", "critic/score/mean", "response_length/mean"):
+    assert list(scalars["timing_s/step"].steps) == list(range(1, STEPS + 1))
+    for tag in ("actor/pg_loss", "actor/kl_loss", "critic/score/mean", "response_length/mean", "reward/acc",
+                "reward/boxed", "reward/unevaluated"):
         assert tag in scalars, tag
 
-    assert main(["merge", "--recipe", "tiny_math_cpu", "--set", f"logging.experiment={EXPERIMENT}"]) == 0
-    merged = run_files.merged_model_dir(recipe, 4)
+    # 4. A finished run run again trains nothing.
+    assert main(["train", *ARGS]) == 0
+    out = capfd.readouterr().out
+    assert f"already finished: global_step_{STEPS} reached total_training_steps {STEPS}" in out
+    assert _steps(out) == set() and run_files.saved_steps(recipe) == [STEPS - 1, STEPS]
+
+    # 5. verl writes config and tokenizer into actor/huggingface at save time; without weights it is not merged.
+    assert main(["eval", *ARGS, "--step", str(STEPS)]) == 2
+    err = capfd.readouterr().err.strip().splitlines()[-1]
+    assert err == f"npu-rl: error: step {STEPS} is not merged yet: run `npu-rl merge --recipe tiny_math_cpu --step {STEPS}`"
+
+    # 6. Merge, load, generate.
+    assert main(["merge", *ARGS]) == 0
+    merged = run_files.merged_model_dir(recipe, STEPS)
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     model = AutoModelForCausalLM.from_pretrained(merged)

@@ -32,8 +32,11 @@ def test_random_model_pipeline(tiny, val):
     assert all(isinstance(s.output, str) for s in result.samples)
     assert all(s.prompt.endswith("<|im_start|>assistant\n") for s in result.samples)
     rows = result.rows()
-    assert [(r.dataset, r.metric) for r in rows] == [("MATH-lighteval", "accuracy"), ("MATH-lighteval", "reward")]
+    assert [r.metric for r in rows] == ["accuracy", "reward", "boxed", "boxed accuracy"]
+    assert {r.dataset for r in rows} == {"MATH-lighteval"}
     assert rows[0].score == pytest.approx(result.accuracy)
+    boxed = [s for s in result.samples if s.boxed]
+    assert rows[2].score == pytest.approx(100.0 * len(boxed) / result.n)
 
 
 def test_batching_does_not_change_greedy_outputs(tiny):
@@ -100,11 +103,15 @@ def test_cli_local_eval_writes_the_table(tmp_path, tiny, monkeypatch, capsys, co
     assert [(r.model, r.step, r.metric, r.baseline) for r in table.rows] == [
         ("tiny", 0, "accuracy", True),
         ("tiny", 0, "reward", True),
+        ("tiny", 0, "boxed", True),
+        ("tiny", 0, "boxed accuracy", True),
         ("tiny-rl-2", 2, "accuracy", False),
         ("tiny-rl-2", 2, "reward", False),
+        ("tiny-rl-2", 2, "boxed", False),
+        ("tiny-rl-2", 2, "boxed accuracy", False),
     ]
     # Same weights on both sides: the difference must be exactly zero.
-    assert [d.points for d in table.deltas()] == [0.0, 0.0]
+    assert [d.points for d in table.deltas()] == [0.0, 0.0, 0.0, 0.0]
     assert len((out_dir / "samples" / "tiny-rl-2.jsonl").read_text().splitlines()) == 3
     assert "| model | step | dataset | metric | score |" in capsys.readouterr().out
 

@@ -131,6 +131,19 @@ def test_entropy_that_starts_near_the_line_and_drifts_is_not_a_collapse(tmp_path
     assert analyse(write_events(tmp_path / "run", metrics)) == []
 
 
+def test_an_entropy_fall_on_a_solved_task_is_convergence_not_collapse(tmp_path):
+    metrics = healthy_metrics()
+    _collapse(metrics)
+    run = write_events(tmp_path / "run", metrics)
+    # Held-out accuracy at the line: the policy stopped exploring a task it solves.
+    ctx = Context(series=load_run(run), thresholds=load_thresholds(), eval_accuracy=(57.8, 93.8, 72))
+    assert apply_rules(ctx) == []
+    assert any(n.startswith("entropy_collapse rule skipped: held-out accuracy rose 57.80 -> 93.80") for n in notes(ctx))
+    # Below the line, or without an evaluation, the same curve is a collapse.
+    for acc in ((57.8, 85.0, 72), (95.0, 94.0, 72), None):
+        assert ("entropy_collapse", "critical", "actor/entropy", 25) in keyed(analyse(run, eval_accuracy=acc))
+
+
 def test_finding_reports_value_and_what_to_check(tmp_path):
     metrics = healthy_metrics()
     _grad_spike(metrics)
