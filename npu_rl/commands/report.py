@@ -29,6 +29,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--eval-table", type=Path, help="eval_table.csv of `npu-rl eval` (default: newest under --run)")
     p.add_argument("--force", action="store_true",
                    help="with --compare: compare runs of different recipes or conditions")
+    p.add_argument("--learning", action="store_true",
+                   help="with --compare: only what the runs learnt (training reward, validation accuracy), for a "
+                        "BASE from another machine or day whose speed and memory say nothing")
     p.set_defaults(func=run)
 
 
@@ -39,8 +42,8 @@ def run(args: argparse.Namespace) -> int:
 
     if args.compare:
         return compare(args)
-    if args.force:
-        raise UserError("--force goes with --compare")
+    if args.force or args.learning:
+        raise UserError(f"{'--force' if args.force else '--learning'} goes with --compare")
     if args.run is None and args.recipe is None:
         raise UserError("give --run DIR, or --recipe R to report on that recipe's run")
     recipe = options.load(args)
@@ -78,7 +81,7 @@ def compare(args: argparse.Namespace) -> int:
     recipe = options.load(args)
     (base_dir, base_recipe), (run_dir, run_recipe) = (_run_and_recipe(a, recipe, args) for a in args.compare)
     comp = compare_runs(base_dir, run_dir, args.thresholds, base_recipe=base_recipe,
-                        run_recipe=run_recipe, out_dir=args.out, force=args.force)
+                        run_recipe=run_recipe, out_dir=args.out, force=args.force, learning=args.learning)
     print(comp.to_markdown(), end="")
     for line in comp.failure_lines():
         print(line)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import re
 from pathlib import Path
 from typing import Any
@@ -126,6 +127,9 @@ def build_overrides(recipe: Recipe, resume_from: Path | None = None, restart: bo
         kv.append(("data.dataloader_num_workers", d.dataloader_num_workers))
     if ro.max_num_batched_tokens is not None:
         kv.append(("actor_rollout_ref.rollout.max_num_batched_tokens", ro.max_num_batched_tokens))
+    if recipe.consistency.enabled:
+        # The rollout returns its log-probs of the sampled tokens, for the consistency gate to compare.
+        kv.append(("actor_rollout_ref.rollout.calculate_log_probs", True))
     # Set only when the recipe sets them, so recipes without them keep verl's defaults (and their argv).
     for key in ("top_k", "top_p", "max_num_seqs", "enable_prefix_caching"):
         if getattr(ro, key) is not None:
@@ -230,6 +234,8 @@ def patches_for(recipe: Recipe) -> list[str]:
         names.append("swanlab_finish")
     if not recipe.optimizations.recompute_old_log_prob:
         names.append("old_log_prob")
+    if recipe.consistency.enabled:
+        names.append("consistency")  # after old_log_prob: it wraps the worker group the skip has set up
     if recipe.rollout.expert_parallel:
         names.append("vllm_dp")
     if recipe.actor.strategy == "megatron":
@@ -257,6 +263,11 @@ def run_env(recipe: Recipe, start_step: int | None) -> dict[str, str]:
         # none of (verl 0.6.1 Worker._setup_env_cuda_visible_devices, verl.utils.ray_utils). Empty is unset
         # for both verl and Ray.
         env["RAY_EXPERIMENTAL_NOSET_ASCEND_RT_VISIBLE_DEVICES"] = ""
+    if recipe.consistency.enabled:
+        from ..patches.consistency import ENV
+
+        c = recipe.consistency
+        env[ENV] = json.dumps({"every": c.every, "max_probs_diff_mean": c.max_probs_diff_mean})
     if recipe.rollout.expert_parallel:
         # vllm-ascend 0.9.1 reads the DP size only from here (patch_0_9_1/patch_configs.py); the
         # vllm_dp patch derives each rank's VLLM_DP_RANK / master address from it.

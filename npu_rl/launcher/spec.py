@@ -54,6 +54,7 @@ class LaunchSpec:
     start_step: int | None
     log_dir: Path
     attest_file: Path
+    consistency_file: Path | None = None  # the consistency gate's verdicts (recipes with the gate)
     rehearsal_report: Path | None = None
     notes: tuple[str, ...] = ()  # what the launch decided that a user should read (a damaged checkpoint)
 
@@ -107,6 +108,12 @@ def build_launch(recipe: Recipe, *, python: str | None = None, rehearse: bool = 
     patches = [*patches_for(recipe), "attest"]
     env = run_env(recipe, start_step)
     env[ATTEST_ENV] = str(attest_file)
+    consistency_file = None
+    if recipe.consistency.enabled:
+        from ..patches.consistency import FILE_ENV
+
+        consistency_file = log_dir / "consistency.json"
+        env[FILE_ENV] = str(consistency_file)
     report = None
     if rehearse:
         report = log_dir / "rehearsal.json"
@@ -120,7 +127,7 @@ def build_launch(recipe: Recipe, *, python: str | None = None, rehearse: bool = 
             *build_overrides(recipe, resume_from, restart), *runtime)
     return LaunchSpec(recipe=recipe.name, config_name=name, argv=argv, env=dict(env),
                       patches=tuple(patches), start_step=start_step, log_dir=log_dir, attest_file=attest_file,
-                      rehearsal_report=report, notes=tuple(notes))
+                      consistency_file=consistency_file, rehearsal_report=report, notes=tuple(notes))
 
 
 def _resume_point(recipe: Recipe) -> tuple[int | None, Path | None, bool, list[str]]:

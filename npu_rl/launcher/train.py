@@ -25,6 +25,7 @@ from ..cluster.membership import connected
 from ..cluster.nodewatch import Departure, NodeWatch
 from ..errors import UserError
 from ..exit_codes import Exit
+from ..patches.consistency import verdict_error
 from ..recipe.schema import Recipe
 from . import run_files
 from .preflight import check_launch
@@ -67,6 +68,8 @@ def run_training(recipe: Recipe, *, ray_port: int | None = None) -> TrainResult:
     spec.log_dir.mkdir(parents=True, exist_ok=True)
     run_files.tensorboard_dir(recipe).mkdir(parents=True, exist_ok=True)
     spec.attest_file.unlink(missing_ok=True)
+    if spec.consistency_file is not None:
+        spec.consistency_file.unlink(missing_ok=True)
     log_file = spec.log_dir / "train.log"
     if spec.start_step is not None and recipe.checkpoint.resume == "auto":
         print(f"npu-rl: resuming {recipe.logging.experiment} from global_step_{spec.start_step}", flush=True)
@@ -102,6 +105,10 @@ def run_training(recipe: Recipe, *, ray_port: int | None = None) -> TrainResult:
                             env={**spec.env, **device_env})
         with head:
             code, error = _run(spec, {**device_env, "RAY_ADDRESS": head.address}, log_file, clock)
+    if code not in (0, Exit.TERMINATED) and spec.consistency_file is not None:
+        gate = verdict_error(spec.consistency_file)
+        if gate:  # the gate raised in the TaskRunner, and verl exited on it
+            code, error = Exit.INCONSISTENT, gate
     run_files.rotate_checkpoints(recipe)
     return TrainResult(code, time.monotonic() - t0, spec.start_step, run_files.latest_step(recipe), log_file, error)
 

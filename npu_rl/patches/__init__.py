@@ -13,6 +13,7 @@ from pathlib import Path
 PATCHES = {
     "cpu": "npu_rl.patches.cpu_platform",
     "old_log_prob": "npu_rl.patches.old_log_prob",
+    "consistency": "npu_rl.patches.consistency",
     "reshard": "npu_rl.patches.reshard",
     "vllm_dp": "npu_rl.patches.vllm_dp",
     "file_logger": "npu_rl.patches.file_logger",

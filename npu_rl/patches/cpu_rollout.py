@@ -4,14 +4,26 @@ It plays the part vLLM plays on NPU: verl's hybrid engine pushes the trained
 weights into it every step (``update_weights``) and it generates the responses.
 Generation itself is verl's own ``HFRollout`` code, whose constructor predates
 verl 0.6.1's rollout interface (``resume``/``update_weights``/``release``).
+
+With ``actor_rollout_ref.rollout.calculate_log_probs`` it also returns its own
+log-probs of the sampled tokens (``rollout_log_probs``), as vLLM 0.9.1 reports them:
+from the inference copy's raw logits, before temperature
+(``vllm/v1/sample/sampler.py`` ``Sampler.forward``, lines 31-39), in the precision it
+generated in (verl's ``HFRollout`` generates under bfloat16 autocast).
+
+``NPU_RL_DRILL=rollout_weights`` is a drill for the consistency gate
+(:mod:`npu_rl.patches.consistency`): every weight sync lands with noise, as a broken
+sync would, so a run with the gate must stop at its first step.
 """
 
 from __future__ import annotations
 
 import functools
+import os
 from typing import Generator
 
 import torch
+from verl import DataProto
 from verl.workers.rollout.base import BaseRollout
 from verl.workers.rollout.hf_rollout import HFRollout
 
@@ -28,6 +40,10 @@ def _without_position_ids(generate):
         return generate(*args, **kwargs)
 
     return wrapper
+
+
+DRILL_ENV = "NPU_RL_DRILL"
+WEIGHTS_DRILL = "rollout_weights"
 
 
 class CPURollout(HFRollout):
@@ -53,6 +69,7 @@ class CPURollout(HFRollout):
         return None
 
     async def update_weights(self, weights: Generator[tuple[str, torch.Tensor], None, None], **kwargs):
+        drill = os.environ.get(DRILL_ENV) == WEIGHTS_DRILL
         with torch.no_grad():
             for name, tensor in weights:
                 target = self._params.get(name)
@@ -60,3 +77,22 @@ class CPURollout(HFRollout):
                     # Tied lm_head / buffers that the inference copy shares.
                     continue
                 target.copy_(tensor.to(dtype=target.dtype))
+                if drill and target.numel() > 1:
+                    target.add_(torch.randn_like(target) * target.std())
+
+    def generate_sequences(self, prompts: DataProto) -> DataProto:
+        out = super().generate_sequences(prompts)
+        if self.config.get("calculate_log_probs", False) and not prompts.meta_info.get("validate", False):
+            out.batch["rollout_log_probs"] = self._sampled_log_probs(out)
+        return out
+
+    @torch.no_grad()
+    def _sampled_log_probs(self, out: DataProto) -> torch.Tensor:
+        responses = out.batch["responses"]
+        n = responses.size(1)
+        with torch.autocast(device_type="cpu", dtype=torch.bfloat16):
+            logits = self.module(input_ids=out.batch["input_ids"], attention_mask=out.batch["attention_mask"],
+                                 position_ids=out.batch["position_ids"]).logits
+        logits = logits[:, -n - 1 : -1].float()  # the logits that predicted each response token
+        picked = torch.log_softmax(logits, dim=-1).gather(-1, responses.unsqueeze(-1)).squeeze(-1)
+        return picked * out.batch["attention_mask"][:, -n:].to(picked.dtype)  # 0 after the end of a response

@@ -29,6 +29,7 @@ import dataclasses
 import functools
 from typing import Any
 
+from .consistency import REAL_PASS
 from .guard import Patch
 
 PATCH_NAME = "old_log_prob"
@@ -99,6 +100,14 @@ def __getattr__(name: str) -> type:
     return _config_classes[name]
 
 
+def gated(config: Any) -> bool:
+    """The launch sets the consistency gate for every Ray worker (its runtime_env), the TaskRunner included."""
+    from .consistency import ENV
+
+    env_vars = config.get("ray_kwargs", {}).get("ray_init", {}).get("runtime_env", {}).get("env_vars", {})
+    return bool(env_vars.get(ENV))
+
+
 def check_config(config: Any) -> None:
     """Refuse a verl config (OmegaConf) where skipping old_log_prob would be inexact."""
     actor = config.actor_rollout_ref.actor
@@ -119,8 +128,10 @@ def check_config(config: Any) -> None:
     correction = config.algorithm.get("rollout_correction", None)
     if correction is not None and correction.get("bypass_mode", False):
         problems.append("algorithm.rollout_correction.bypass_mode=True")
-    if config.actor_rollout_ref.rollout.get("calculate_log_probs", False):
-        problems.append("actor_rollout_ref.rollout.calculate_log_probs=True (compared with old_log_probs)")
+    if config.actor_rollout_ref.rollout.get("calculate_log_probs", False) and not gated(config):
+        # verl compares them with old_log_probs every step; the consistency gate only where the pass runs.
+        problems.append("actor_rollout_ref.rollout.calculate_log_probs=True (compared with old_log_probs) without "
+                        "the consistency gate")
     if config.trainer.get("critic_warmup", 0):
         problems.append(f"trainer.critic_warmup={config.trainer.critic_warmup} (steps without an actor update)")
     if problems:
@@ -197,6 +208,7 @@ def patch_ray_trainer(module: Any) -> None:
         check_config(self.config)  # before minutes of worker start-up
         original_init(self)
         wg = self.actor_rollout_wg
+        setattr(wg, REAL_PASS, wg.compute_log_prob)  # the consistency gate runs it on its steps
         wg.compute_log_prob = functools.partial(
             skipped_log_prob, temperature=self.config.actor_rollout_ref.rollout.temperature)
         wg.update_actor = _with_entropy(wg.update_actor, self.config.actor_rollout_ref.actor.loss_agg_mode)

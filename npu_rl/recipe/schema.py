@@ -223,6 +223,17 @@ class WatchdogSpec(Strict):
     dump_timeout_s: float = Field(20.0, gt=0)
 
 
+class ConsistencySpec(Strict):
+    """The train/rollout consistency gate (npu_rl.patches.consistency): at a run's first step, and every
+    ``every`` steps, run the old_log_prob pass the recipe skips and compare the trainer's token
+    probabilities with the rollout's own; verl's ``training/rollout_probs_diff_mean`` above
+    ``max_probs_diff_mean`` stops the run before the optimizer step (exit INCONSISTENT)."""
+
+    enabled: bool = False
+    every: int = Field(0, ge=0)  # 0: the first step only
+    max_probs_diff_mean: float = Field(0.05, gt=0, le=1)
+
+
 class OptimizationsSpec(Strict):
     # False: skip verl's old_log_prob forward and reuse the update's own detached
     # log-probs (exact only on-policy with one optimizer update per step).
@@ -274,6 +285,7 @@ class Recipe(Strict):
     checkpoint: CheckpointSpec = CheckpointSpec()
     watchdog: WatchdogSpec = WatchdogSpec()
     optimizations: OptimizationsSpec = OptimizationsSpec()
+    consistency: ConsistencySpec = ConsistencySpec()
     reshard: ReshardSpec = ReshardSpec()
     prepare: PrepareSpec = PrepareSpec()
     env: dict[str, str] = Field(default_factory=dict, description="Environment exported to every process")
@@ -291,6 +303,15 @@ class Recipe(Strict):
         if self.watchdog.enabled and "console" not in self.logging.backends:
             raise ValueError("watchdog.enabled needs 'console' in logging.backends (the watchdog times verl's "
                              "console step lines); add it or set watchdog.enabled: false")
+        return self
+
+    @model_validator(mode="after")
+    def _gate_needs_the_skip(self) -> "Recipe":
+        # With the pass on, verl compares the rollout's log-probs at every step itself (training/rollout_probs_diff_*).
+        if self.consistency.enabled and self.optimizations.recompute_old_log_prob:
+            raise ValueError("consistency.enabled gates the old_log_prob pass that optimizations.recompute_old_log_prob: "
+                             "false skips; with the pass on every step, verl logs training/rollout_probs_diff_* "
+                             "itself: set recompute_old_log_prob: false or consistency.enabled: false")
         return self
 
     @model_validator(mode="after")

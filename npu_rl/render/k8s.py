@@ -184,7 +184,7 @@ def context(recipe: Recipe, target: str, opts: K8sOptions) -> dict:
         "entrypoint": " ".join(wait) + " && " + " ".join(train),
         # Volcano's job policies match the pod's exit code (npu_rl.exit_codes, README "When a run fails").
         "restart_codes": [{"code": int(c), "name": c.name} for c in exit_codes.RESTART],
-        "abort_codes": [{"code": int(c), "name": c.name} for c in exit_codes.ABORT],
+        "abort_codes": [{"code": int(c), "name": c.name, "why": exit_codes.ABORT_WHY[c]} for c in exit_codes.ABORT],
         "ray_version": versions.get("common.ray"),
         # rayStartParams values are pasted into a shell command line, hence the inner quotes.
         "npu_resources": '"' + json.dumps(registered_resources(res.devices_per_node)).replace('"', '\\"') + '"',

@@ -169,7 +169,11 @@ def _window_mean(s: Series | None, steps: list[int]) -> float | None:
     return float(np.mean(vals)) if vals else None
 
 
-def checks(base: Side, run: Side, t: Thresholds) -> list[Check]:
+def checks(base: Side, run: Side, t: Thresholds, learning: bool = False) -> list[Check]:
+    """Every tolerance; ``learning``: only what the run learnt (training reward, validation accuracy), for
+    a BASE measured on another machine or day, whose speed and memory say nothing about RUN's."""
+    if learning:
+        return [_reward_check(base, run, t), *_validation_checks(base, run, t)]
     c = t.compare
     med = lambda s, k: s.card.medians.get(k) if s.card is not None else None  # noqa: E731
     out = [
@@ -212,6 +216,30 @@ def _reward_check(base: Side, run: Side, t: Thresholds) -> Check:
     span = f" (steps {common[0]}-{common[-1]}, {len(common)} of BASE's {len(in_base)})" if common != in_base else ""
     return Check(what, f"{b:.3f}", f"{r:.3f}", f"{r - b:+.3f}{span}", tol, ok,
                  "" if ok else f"RUN - BASE is {r - b:+.3f}, beyond +-{c.reward_mean_diff:g}{span}")
+
+
+def _validation_checks(base: Side, run: Side, t: Thresholds) -> list[Check]:
+    """Per validation set: the accuracy at the last step both runs validated at."""
+    limit = t.compare.validation_acc_diff
+    tol = f"abs(RUN - BASE) <= {limit:g}"
+    vb, vr = validation_series(base.series), validation_series(run.series)
+    out = []
+    for ds in sorted(vb):
+        b = vb[ds].get("acc")
+        if b is None:
+            continue
+        what = f"validation accuracy ({ds}, last common step)"
+        r = vr.get(ds, {}).get("acc")
+        common = sorted({int(x) for x in b.steps} & {int(x) for x in r.steps}) if r is not None else []
+        if not common:
+            out.append(Check(what, _last(b), "-", "-", tol, False, "RUN did not validate at a step BASE did"))
+            continue
+        step = common[-1]
+        vb_, vr_ = float(b.value_at(step)), float(r.value_at(step))
+        ok = abs(vr_ - vb_) <= limit
+        out.append(Check(what, f"{vb_:.4g} (step {step})", f"{vr_:.4g} (step {step})", f"{vr_ - vb_:+.4f}", tol, ok,
+                         "" if ok else f"RUN - BASE is {vr_ - vb_:+.4f} at step {step}, beyond +-{limit:g}"))
+    return out
 
 
 def _last(s: Series | None) -> str:
@@ -294,7 +322,7 @@ def plot_comparison(base: Side, run: Side, t: Thresholds, out_dir: Path) -> list
 
 def compare_runs(base_dir: str | Path, run_dir: str | Path, thresholds: Thresholds | Path | str | dict | None = None,
                  *, base_recipe: Any = None, run_recipe: Any = None, out_dir: str | Path | None = None,
-                 force: bool = False) -> Comparison:
+                 force: bool = False, learning: bool = False) -> Comparison:
     """Compare RUN with BASE and write ``compare.json``, ``compare.md``, ``plots/*.png`` and
     ``compare.html`` to ``out_dir`` (default ``<RUN>/report/compare``). Runs of different recipes or
     conditions are a UserError unless ``force``."""
@@ -307,7 +335,7 @@ def compare_runs(base_dir: str | Path, run_dir: str | Path, thresholds: Threshol
     if diffs and not force:
         raise UserError(f"not comparable: {diffs[0]}" + (f" (+{len(diffs) - 1} more)" if len(diffs) > 1 else "")
                         + "; --force compares anyway")
-    comp = Comparison(base, run, checks(base, run, t), rows(base, run), forced=diffs)
+    comp = Comparison(base, run, checks(base, run, t, learning), rows(base, run), forced=diffs)
     out = Path(out_dir) if out_dir else run.run_dir / "report" / "compare"
     out.mkdir(parents=True, exist_ok=True)
     comp.out_dir = out

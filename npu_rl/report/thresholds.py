@@ -84,6 +84,7 @@ class Compare(Strict):
     reward_first_step: int = Field(ge=0)
     reward_last_step: int = Field(ge=0)
     reward_mean_diff: float = Field(ge=0)
+    validation_acc_diff: float = Field(ge=0, le=1)
 
     @model_validator(mode="after")
     def _window(self) -> "Compare":

@@ -36,7 +36,9 @@ def test_cpu_image_builds_and_runs_the_demo_through_compose(tmp_path, require, c
     ws = tmp_path / "ws"
     ws.mkdir()
     with engine() as eng:
+        # A short demo: the image is under test, not the learning (tests/e2e/test_demo_learns.py).
         env = {**os.environ, "DOCKER_HOST": eng.host, "WORKSPACE_DIR": str(ws), "DEMO_STEPS": str(STEPS),
+               "DEMO_WARM_START_STEPS": "50",
                "COMPOSE_PROJECT_NAME": f"npurltest{os.getpid()}"}
         base = [compose, "-f", str(COMPOSE), "--profile", "cpu"]
         start = time.monotonic()

@@ -1,7 +1,7 @@
 """The CPU pipeline end to end with real verl and real Ray, as an operator meets it: a run stopped by
 SIGTERM (what `docker stop`, a pod deletion or `timeout` send) mid-training, its newest checkpoint
 damaged, the same command resuming from the newest complete one and finishing, re-running a finished
-run as a no-op, then merge, load and generate."""
+run as a no-op, then merge, load and generate. The recipe's consistency gate passes on the way."""
 
 from __future__ import annotations
 
@@ -19,6 +19,7 @@ import torch
 
 from npu_rl.cli import main
 from npu_rl.launcher import run_files
+from npu_rl.patches.consistency import METRIC
 from npu_rl.recipe import load_recipe
 from npu_rl.report.scalars import load_run
 
@@ -102,6 +103,15 @@ def test_sigterm_damaged_checkpoint_resume_finished_merge_load(tmp_path, monkeyp
     # max_to_keep 2 across both segments: the older ones rotated away, the re-saved step complete again.
     assert run_files.saved_steps(recipe) == [STEPS - 1, STEPS]
     assert not run_files.step_dir(recipe, 1).exists()
+
+    # The recipe's consistency gate ran the old_log_prob pass at each run's first step (1, then the resumed
+    # one) and passed; verl logged the difference there, and only there.
+    gate = json.loads((run_files.log_root(recipe) / "consistency.json").read_text())
+    assert [s["step"] for s in gate["steps"]] == [resumed + 1] and gate["steps"][0]["ok"] and gate["error"] is None
+    first = json.loads(run_files.metrics_file(recipe, 0).read_text().splitlines()[0])["data"]
+    assert 0 <= first[METRIC] <= recipe.consistency.max_probs_diff_mean
+    second = json.loads(run_files.metrics_file(recipe, 0).read_text().splitlines()[1])["data"]
+    assert METRIC not in second and "timing_s/old_log_prob" not in second  # the skip stands
 
     scalars = load_run(run_files.log_root(recipe))
     assert list(scalars["timing_s/step"].steps) == list(range(1, STEPS + 1))

@@ -11,10 +11,12 @@ the changes that set it show each of those faults failing it.
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pytest
 
 from npu_rl import demo
+from npu_rl.cli import main
 from npu_rl.commands.eval import default_out
 from npu_rl.eval.table import CSV_NAME, ResultTable
 from npu_rl.launcher import run_files
@@ -22,6 +24,7 @@ from npu_rl.recipe import load_recipe
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(1500)]
 
+BASELINE = Path(__file__).parent / "baselines" / "demo"  # python -m npu_rl.report.baseline RUN_DIR BASELINE
 BOXED_GAIN_POINTS = 25.0  # accuracy among boxed answers, trained over base
 FINAL_ACCURACY = 80.0  # percent of held-out problems right at the end
 
@@ -54,3 +57,11 @@ def test_demo_learns_the_answers_not_only_the_format(tmp_path, monkeypatch, capf
     base_rows = next(v for k, v in by_model.items() if not k.endswith(f"-rl-{step}"))
     fixed = [t for b, t in zip(base_rows, trained_rows, strict=True) if b["boxed"] and b["acc"] == 0 and t["acc"] > 0]
     assert len(fixed) >= BOXED_GAIN_POINTS / 100 * len(trained_rows)
+
+    # It learnt what the committed baseline run learnt (its reward and validation curves; the demo's seeds
+    # make the run repeat on this machine): a change that alters learning fails here, by metric name.
+    capfd.readouterr()
+    code = main(["report", "--compare", str(BASELINE), str(run_files.log_root(recipe)), "--learning",
+                 "--recipe", demo.RECIPE])
+    verdict = capfd.readouterr().out
+    assert code == 0, verdict[verdict.find("FAIL"):] or verdict

@@ -158,3 +158,24 @@ def test_runs_that_logged_different_conditions_need_force(tmp_path, capsys):
     run = str(write_events(tmp_path / "r", _metrics(devices=4)))
     _one_error_line(capsys, ["report", "--compare", base, run], "different devices verl counted (2 and 4)")
     assert main(["report", "--compare", base, run, "--force", "--out", str(tmp_path / "o")]) in (0, 1)
+
+
+def test_learning_only_ignores_the_machine_and_names_what_was_learnt_differently(tmp_path, capsys):
+    from report_synth import VAL_ACC
+
+    # Another machine: every step three times as slow, more memory; the same learning.
+    elsewhere = _slower(_metrics(), 3.0)
+    elsewhere["perf/max_memory_allocated_gb"] = {s: v + 10 for s, v in elsewhere["perf/max_memory_allocated_gb"].items()}
+    code, cap = _compare(tmp_path, capsys, _metrics(), elsewhere, "--learning")
+    assert code == 0, cap.out
+    checks = json.loads((tmp_path / "cmp" / "compare.json").read_text())["checks"]
+    assert [c["metric"].split(" (")[0] for c in checks] == ["reward", "validation accuracy"]
+    # A run that learnt less: its last validation accuracy, by name.
+    worse = _metrics()
+    last = max(worse[VAL_ACC])
+    worse[VAL_ACC][last] -= 2 * TOL["validation_acc_diff"]
+    code, cap = _compare(tmp_path / "w", capsys, _metrics(), worse, "--learning")
+    assert code == 1 and _fails(cap.out) == [
+        f"FAIL validation accuracy ({VAL_ACC.split('/', 1)[1].rsplit('/', 2)[0]}, last common step): RUN - BASE is "
+        f"{-2 * TOL['validation_acc_diff']:+.4f} at step {last}, beyond +-{TOL['validation_acc_diff']:g}"]
+    _one_error_line(capsys, ["report", "--run", str(tmp_path / "base"), "--learning"], "--learning goes with --compare")

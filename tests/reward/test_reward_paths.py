@@ -7,6 +7,8 @@ does for syntax outside latex_eval's subset) must not change a single verdict.
 
 from __future__ import annotations
 
+import functools
+
 import subprocess
 import sys
 from fractions import Fraction
@@ -73,12 +75,14 @@ def test_random_arithmetic_gets_one_verdict_on_both_paths(a, b):
 
 def test_the_fallback_has_the_fast_paths_exactness_not_math_verifys_rounding(reward, respond):
     # Outside latex_eval's subset (\max), so a worker decides: 0.333333 is no more 1/3 there than here.
+    # What is asserted is the verdict, not the budget (test_reward_budget.py): room for a loaded machine.
+    score = functools.partial(reward.compute_score, timeout_s=30.0)
     assert judge("\\max(0.333333, 0)", "\\frac13") is None
-    assert reward.compute_score("math", respond("\\boxed{\\max(0.333333, 0)}"), "\\frac13")["acc"] == 0.0
-    assert reward.compute_score("math", respond("\\boxed{\\max(0.25, 0)}"), "\\frac14")["acc"] == 1.0
-    assert reward.compute_score("math", respond("\\boxed{\\max(2\\frac{1}{3}, 0)}"), "\\frac73")["acc"] == 1.0
+    assert score("math", respond("\\boxed{\\max(0.333333, 0)}"), "\\frac13")["acc"] == 0.0
+    assert score("math", respond("\\boxed{\\max(0.25, 0)}"), "\\frac14")["acc"] == 1.0
+    assert score("math", respond("\\boxed{\\max(2\\frac{1}{3}, 0)}"), "\\frac73")["acc"] == 1.0
     # latex2sympy alone reads "2 3" as the mixed number 5; here it is a product, as on the fast path.
-    assert reward.compute_score("math", respond("\\boxed{\\lfloor 2 3 \\rfloor}"), "6")["acc"] == 1.0
+    assert score("math", respond("\\boxed{\\lfloor 2 3 \\rfloor}"), "6")["acc"] == 1.0
 
 
 def test_the_symbolic_check_decides_where_sampling_cannot(reward, respond):

@@ -11,7 +11,7 @@ GOOD = "<think>\nwork\n</think>\n<answer>\n\\boxed{3}\n</answer>"
 
 def test_perfect_response_scores_one(reward, respond):
     r = reward.compute_score("math", respond("\\boxed{3}"), "3")
-    assert r == {"score": 1.0, "acc": 1.0, "format": 0.2, "cot": 0.1, "pred": "3"}
+    assert r == {"score": 1.0, "acc": 1.0, "format": 0.2, "cot": 0.1, "boxed": 1.0, "unevaluated": 0.0, "pred": "3"}
 
 
 def test_wrong_answer_earns_no_format_or_cot_points(reward, respond):

@@ -1,0 +1,207 @@
+"""The train/rollout consistency gate: at a run's first step (and every ``every`` steps) the old_log_prob
+pass runs although the recipe skips it, and the trainer's log-probs of the sampled tokens are compared
+with the rollout's own; too far apart, the run stops before the optimizer step.
+
+A weight sync that goes wrong (vllm-ascend #5747: garbled first step after NZ-format weights; a reshard
+that misplaces a shard) makes the rollout sample from a policy other than the one being trained, and
+nothing fails: the update just learns from the wrong samples. verl measures the gap when both log-probs
+are in the batch (``verl/utils/debug/metrics.py`` ``calculate_debug_metrics``:
+``training/rollout_probs_diff_mean``, the mean |p_trainer - p_rollout| over response tokens), but only
+when its old_log_prob pass runs, which is exactly the pass the recipes skip
+(:mod:`npu_rl.patches.old_log_prob`). The gate runs it where the recipe says, measures with verl's own
+function (so the metric is verl's, logged by verl at those steps), and stops above
+``max_probs_diff_mean``.
+
+The rollout returns its log-probs with ``actor_rollout_ref.rollout.calculate_log_probs=True``
+(verl 0.6.1 ``vllm_rollout_spmd.py`` 399-444). vLLM 0.9.1 computes them from the raw logits, before
+temperature (``vllm/v1/sample/sampler.py`` ``Sampler.forward``, lines 31-39), while verl's pass divides
+the logits by the rollout temperature (``fsdp_workers.py`` / ``megatron_workers.py``
+``ActorRolloutRefWorker.compute_log_prob`` read ``config.rollout.temperature``): compared as they are,
+a healthy run below temperature 1 shows a gap that grows with the policy's uncertainty (0.11 on the
+barely warmed-up CPU model at 0.7, against 0.004 on the demo's). So the gate's pass runs at the
+rollout's temperature for log-probs, 1 (the workers' ``compute_log_prob`` honours
+``meta_info[TEMPERATURE]``), and the comparison is like for like. With the skip on, the update uses its
+own log-probs, so the pass's temperature changes nothing in training. On the other steps the skip
+stands, and the rollout's log-probs are dropped from the batch so that verl does not compare them with
+the skip's NaN placeholders.
+
+The verdict of every gated step goes to ``NPU_RL_CONSISTENCY_FILE`` (JSON); a failed gate raises in the
+TaskRunner, and ``npu-rl train`` turns that file into one ``npu-rl: error:`` line and ``Exit.INCONSISTENT``.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import os
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from .guard import Patch
+
+PATCH_NAME = "consistency"
+ENV = "NPU_RL_CONSISTENCY"  # JSON {"every": N, "max_probs_diff_mean": x}
+FILE_ENV = "NPU_RL_CONSISTENCY_FILE"
+METRIC = "training/rollout_probs_diff_mean"  # verl's name for what the gate measures
+# Set on the worker group by npu_rl.patches.old_log_prob before it replaces compute_log_prob with the skip.
+REAL_PASS = "npu_rl_compute_log_prob"
+# A batch's meta_info key: the temperature the workers' compute_log_prob divides the logits by.
+TEMPERATURE = "npu_rl_temperature"
+# The temperature the rollout's log-probs are computed at: vLLM 0.9.1's raw logits (and so the CPU rollout's).
+ROLLOUT_LOG_PROB_TEMPERATURE = 1.0
+
+RAY_TRAINER = "verl.trainer.ppo.ray_trainer"
+FSDP_WORKERS, MEGATRON_WORKERS = "verl.workers.fsdp_workers", "verl.workers.megatron_workers"
+FINGERPRINTS = {
+    f"{RAY_TRAINER}:RayPPOTrainer.fit": "3661c861fcee4890",
+    f"{RAY_TRAINER}:RayPPOTrainer.init_workers": "cdf7fb40ec91ce88",
+    "verl.utils.debug.metrics:calculate_debug_metrics": "4a64dfb5c7c71bb6",
+    f"{FSDP_WORKERS}:ActorRolloutRefWorker.compute_log_prob": "beaecf18bde8055a",
+    f"{MEGATRON_WORKERS}:ActorRolloutRefWorker.compute_log_prob": "7ada4bcb145428ad",
+}
+PATCH = Patch(PATCH_NAME, FINGERPRINTS)
+
+
+class ConsistencyError(RuntimeError):
+    """The rollout samples from a policy other than the trained one; raised before the update."""
+
+
+@dataclass(frozen=True)
+class Gate:
+    every: int
+    max_probs_diff_mean: float
+
+    def due(self, step: int, first: int) -> bool:
+        """The first step this process trains (a restart re-creates the rollout and its sync), then every N."""
+        return step == first or (self.every > 0 and step % self.every == 0)
+
+    @classmethod
+    def from_env(cls, environ=os.environ) -> "Gate | None":
+        raw = environ.get(ENV)
+        return cls(**json.loads(raw)) if raw else None
+
+
+@dataclass
+class Verdicts:
+    """What the gate found, step by step; ``error`` is the line `npu-rl train` prints."""
+
+    max_probs_diff_mean: float
+    steps: list[dict] = field(default_factory=list)
+    error: str | None = None
+
+    def write(self, path: str | None) -> None:
+        if path:
+            Path(path).write_text(json.dumps(asdict(self), indent=1), encoding="utf-8")
+
+
+def verdict_error(path: Path) -> str | None:
+    """The gate's one-line verdict of a run, from its file (None: passed or never gated)."""
+    try:
+        return json.loads(path.read_text(encoding="utf-8")).get("error")
+    except (FileNotFoundError, ValueError):
+        return None
+
+
+def probs_diff_mean(batch: Any, old_log_probs: Any) -> float:
+    """verl's ``training/rollout_probs_diff_mean`` of ``batch``'s rollout log-probs against ``old_log_probs``."""
+    from verl import DataProto
+    from verl.utils.debug.metrics import calculate_debug_metrics
+
+    tensors = {"rollout_log_probs": batch.batch["rollout_log_probs"], "old_log_probs": old_log_probs,
+               "responses": batch.batch["responses"]}
+    mask = "response_mask" if "response_mask" in batch.batch.keys() else "attention_mask"
+    tensors[mask] = batch.batch[mask]
+    return float(calculate_debug_metrics(DataProto.from_dict(tensors=tensors))[METRIC])
+
+
+def gated(trainer: Any, real, current, gate: Gate, verdicts: Verdicts, path: str | None):
+    """``compute_log_prob`` of the worker group: the real pass and the comparison on due steps, else
+    ``current`` (the skip) without the rollout's log-probs."""
+    first: list[int] = []
+
+    @functools.wraps(real)
+    def compute_log_prob(batch):
+        step = int(trainer.global_steps)
+        first[:1] = first[:1] or [step]
+        if not gate.due(step, first[0]):
+            if current is not real:
+                batch.batch.pop("rollout_log_probs", None)
+            return current(batch)
+        if "rollout_log_probs" not in batch.batch.keys():
+            verdicts.error = (f"consistency gate at step {step}: the rollout returned no log-probs "
+                              "(actor_rollout_ref.rollout.calculate_log_probs is not honoured by this rollout)")
+            verdicts.write(path)
+            raise ConsistencyError(verdicts.error)
+        batch.meta_info[TEMPERATURE] = ROLLOUT_LOG_PROB_TEMPERATURE
+        try:
+            out = real(batch)
+        finally:
+            batch.meta_info.pop(TEMPERATURE, None)
+        # The pass hands its temperature on to the update (fit unions it into the batch): the sampling one.
+        out.meta_info["temperature"] = trainer.config.actor_rollout_ref.rollout.temperature
+        diff = probs_diff_mean(batch, out.batch["old_log_probs"])
+        ok = diff <= gate.max_probs_diff_mean  # NaN fails too
+        verdicts.steps.append({"step": step, "probs_diff_mean": diff, "ok": ok})
+        if not ok:
+            verdicts.error = (f"consistency gate at step {step}: the rollout's token probabilities differ from the "
+                              f"trainer's by {diff:.4g} on average ({METRIC}; limit {gate.max_probs_diff_mean:g}), "
+                              "so the rollout samples from another policy than the one trained (a broken weight sync?); "
+                              "stopped before the optimizer step")
+        verdicts.write(path)
+        if not ok:
+            raise ConsistencyError(verdicts.error)
+        return out
+
+    return compute_log_prob
+
+
+@PATCH.applies_to(RAY_TRAINER, also=("verl.utils.debug.metrics",))
+def patch_ray_trainer(module: Any) -> None:
+    cls = module.RayPPOTrainer
+    original_init = cls.init_workers
+
+    @functools.wraps(original_init)
+    def init_workers(self):
+        original_init(self)
+        gate = Gate.from_env()
+        if gate is None:
+            return
+        wg = self.actor_rollout_wg
+        current = wg.compute_log_prob
+        real = getattr(wg, REAL_PASS, current)
+        path = os.environ.get(FILE_ENV)
+        wg.compute_log_prob = gated(self, real, current, gate, Verdicts(gate.max_probs_diff_mean), path)
+
+    cls.init_workers = init_workers
+
+
+def _at_requested_temperature(compute_log_prob):
+    """A worker's ``compute_log_prob`` that divides by ``meta_info[TEMPERATURE]`` when the batch asks."""
+
+    @functools.wraps(compute_log_prob)  # keeps verl's @register dispatch attributes
+    def wrapped(self, data):
+        wanted = data.meta_info.pop(TEMPERATURE, None)
+        if wanted is None:
+            return compute_log_prob(self, data)
+        rollout = self.config.rollout
+        saved = rollout.temperature
+        rollout.temperature = wanted
+        try:
+            return compute_log_prob(self, data)
+        finally:
+            rollout.temperature = saved
+
+    return wrapped
+
+
+@PATCH.applies_to(FSDP_WORKERS)
+def patch_fsdp_workers(module: Any) -> None:
+    cls = module.ActorRolloutRefWorker
+    cls.compute_log_prob = _at_requested_temperature(cls.compute_log_prob)
+
+
+@PATCH.applies_to(MEGATRON_WORKERS)
+def patch_megatron_workers(module: Any) -> None:
+    cls = module.ActorRolloutRefWorker
+    cls.compute_log_prob = _at_requested_temperature(cls.compute_log_prob)
