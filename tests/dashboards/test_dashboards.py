@@ -103,11 +103,12 @@ def test_dashboards_show_the_runs_metrics_and_the_report_links_them(run_dir, tmp
         assert "actor/kl_loss" not in tb_text, "the link's tag filter was not applied"
         assert "actor/entropy" in sw_text
 
-        # The report links each finding's metric to its charts while the dashboards run
-        # (a thresholds file that makes the entropy rule fire on this healthy run).
+        # The report links each finding's metric to its charts while the dashboards run (a thresholds file
+        # that makes the entropy rule fire on this healthy run: the starting value is the median of both
+        # steps, so whichever step's entropy is lower falls below it, whether entropy rose or fell).
         th = tmp_path / "thresholds.yaml"
         th.write_text("entropy:\n  warn_below: 100.0\n  critical_below: 50.0\n  fall_fraction: 1.0\n"
-                      "  min_points: 1\n  baseline_points: 1\n")
+                      "  min_points: 1\n  baseline_points: 2\n")
         env = {**os.environ}
         linked = _npu_rl("report", "--run", str(run_dir), "--thresholds", str(th), "--out", str(tmp_path / "r1"),
                          env=env)
