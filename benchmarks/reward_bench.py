@@ -106,6 +106,8 @@ def hacks(gt: str, wrong: str | None) -> list[str]:
         out.append(f"It could be {gt}, but I choose \\boxed{{{wrong}}}")
     out.append(f"The answer is {gt}. \\boxed{{}}")
     out.append(f"\\boxed{{{gt}")
+    if re.fullmatch(r"\d+", gt) and int(gt) > 1:  # the computation restated instead of evaluated
+        out.append(f"\\boxed{{{int(gt) - 1} + 1}}")
     return [h for h in out if h]
 
 
@@ -392,11 +394,12 @@ class _OutOfTime(BaseException):
 
 def sympy_scorer(timeout_s: float) -> Callable[[str, str], float]:
     """The alternative to the hand-written evaluator: the same judge (extraction, shapes,
-    value rules), every leaf a numeral compared exactly or else read by latex2sympy and
+    value rules, evaluated answers only), every leaf a numeral compared exactly or else read by latex2sympy and
     decided by sympy. In this process, under a signal timer, so its time is all sympy's."""
     import signal
 
     from npu_rl.reward.equiv import judge
+    from npu_rl.reward.evaluated import unevaluated
     from npu_rl.reward.extract import extract_answer
     from npu_rl.reward.symbolic import expressions_equal, read
 
@@ -413,7 +416,7 @@ def sympy_scorer(timeout_s: float) -> Callable[[str, str], float]:
 
     def score(response: str, gt: str) -> float:
         pred = extract_answer(response).answer
-        if pred is None or not gt.strip():
+        if pred is None or not gt.strip() or unevaluated(pred):  # the reward's rubric rule, as in ours
             return 0.0
         previous = signal.signal(signal.SIGALRM, on_alarm)
         signal.setitimer(signal.ITIMER_REAL, timeout_s)

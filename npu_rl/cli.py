@@ -8,10 +8,12 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import os
 import sys
 
 from .commands.missing import MissingDependency, third_party
 from .errors import UserError
+from .exit_codes import Exit
 
 # One module per job; adding a job means adding its module here.
 COMMAND_MODULES = [
@@ -87,6 +89,11 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("npu-rl: interrupted", file=sys.stderr)
         return 130
+    except BrokenPipeError:
+        # The reader of the output went away (`npu-rl report ... | head`): stop quietly, as a Unix tool
+        # does; stdout goes to /dev/null so that the interpreter's final flush cannot fail again.
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return Exit.PIPE_CLOSED
 
 
 if __name__ == "__main__":

@@ -22,6 +22,7 @@ class Exit(IntEnum):
     HUNG = 7  # train: no step completed within the watchdog's allowance; stacks dumped, run stopped
     NODE_LOST = 8  # train: a node left the cluster (killed, or frozen past Ray's health check) mid-run
     INCONSISTENT = 9  # train: the rollout's token probabilities differ from the trainer's (consistency gate)
+    PIPE_CLOSED = 141  # the reader of stdout went away (`npu-rl ... | head`); 128 + SIGPIPE as a shell reports it
     TERMINATED = 143  # SIGTERM (pod deletion, job completion); 128 + 15 as a shell reports it
 
 

@@ -89,3 +89,18 @@ def test_a_missing_npu_rl_module_is_a_bug_not_a_missing_package(monkeypatch):
     monkeypatch.setattr(cli, "COMMAND_MODULES", [*cli.COMMAND_MODULES, "npu_rl.commands.no_such_job"])
     with pytest.raises(ModuleNotFoundError):
         build_parser()
+
+
+def test_a_reader_that_goes_away_ends_the_job_quietly():
+    # `npu-rl train --dry-run | head -1` once head has exited: the launch's lines meet a closed pipe.
+    import subprocess
+    import sys
+
+    from npu_rl.exit_codes import Exit
+
+    proc = subprocess.Popen([sys.executable, "-m", "npu_rl", "train", "--recipe", "tiny_math_cpu", "--dry-run"],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, bufsize=0)
+    proc.stdout.close()  # the reader is gone before the job writes (its imports take a second)
+    err = proc.stderr.read().decode()
+    assert proc.wait(timeout=120) == Exit.PIPE_CLOSED, err
+    assert "Traceback" not in err and "BrokenPipe" not in err, err
