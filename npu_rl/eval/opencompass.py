@@ -169,7 +169,10 @@ def find_executable(explicit: str | os.PathLike | None = None, *, project_root: 
             if hit is None:
                 raise UserError(f"{what}: {given!r} is not a command on PATH")
             return hit
-        path = Path(given).expanduser()
+        try:
+            path = Path(given).expanduser()
+        except RuntimeError:  # ~name of a user this host does not know
+            path = Path(given)
         if not path.is_file() or not os.access(path, os.X_OK):
             raise UserError(f"{what}: {path} is not an executable file (the eval environment's bin/opencompass)")
         return str(path.absolute())

@@ -127,7 +127,7 @@ def build_overrides(recipe: Recipe, resume_from: Path | None = None, restart: bo
         kv.append(("data.dataloader_num_workers", d.dataloader_num_workers))
     if ro.max_num_batched_tokens is not None:
         kv.append(("actor_rollout_ref.rollout.max_num_batched_tokens", ro.max_num_batched_tokens))
-    if recipe.consistency.enabled:
+    if recipe.consistency_gated:
         # The rollout returns its log-probs of the sampled tokens, for the consistency gate to compare.
         kv.append(("actor_rollout_ref.rollout.calculate_log_probs", True))
     # Set only when the recipe sets them, so recipes without them keep verl's defaults (and their argv).
@@ -234,7 +234,7 @@ def patches_for(recipe: Recipe) -> list[str]:
         names.append("swanlab_finish")
     if not recipe.optimizations.recompute_old_log_prob:
         names.append("old_log_prob")
-    if recipe.consistency.enabled:
+    if recipe.consistency_gated:
         names.append("consistency")  # after old_log_prob: it wraps the worker group the skip has set up
     if recipe.rollout.expert_parallel:
         names.append("vllm_dp")
@@ -263,7 +263,7 @@ def run_env(recipe: Recipe, start_step: int | None) -> dict[str, str]:
         # none of (verl 0.6.1 Worker._setup_env_cuda_visible_devices, verl.utils.ray_utils). Empty is unset
         # for both verl and Ray.
         env["RAY_EXPERIMENTAL_NOSET_ASCEND_RT_VISIBLE_DEVICES"] = ""
-    if recipe.consistency.enabled:
+    if recipe.consistency_gated:
         from ..patches.consistency import ENV
 
         c = recipe.consistency

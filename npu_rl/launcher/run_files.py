@@ -10,7 +10,10 @@ from ..recipe.schema import Recipe
 
 
 def resolve(path: str | Path) -> Path:
-    p = Path(path).expanduser()
+    try:
+        p = Path(path).expanduser()
+    except RuntimeError:  # ~name of a user this host does not know: a relative path like any other
+        p = Path(path)
     return p if p.is_absolute() else workspace() / p
 
 

@@ -109,7 +109,7 @@ def build_launch(recipe: Recipe, *, python: str | None = None, rehearse: bool = 
     env = run_env(recipe, start_step)
     env[ATTEST_ENV] = str(attest_file)
     consistency_file = None
-    if recipe.consistency.enabled:
+    if recipe.consistency_gated:
         from ..patches.consistency import FILE_ENV
 
         consistency_file = log_dir / "consistency.json"

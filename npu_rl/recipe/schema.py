@@ -227,7 +227,8 @@ class ConsistencySpec(Strict):
     """The train/rollout consistency gate (npu_rl.patches.consistency): at a run's first step, and every
     ``every`` steps, run the old_log_prob pass the recipe skips and compare the trainer's token
     probabilities with the rollout's own; verl's ``training/rollout_probs_diff_mean`` above
-    ``max_probs_diff_mean`` stops the run before the optimizer step (exit INCONSISTENT)."""
+    ``max_probs_diff_mean`` stops the run before the optimizer step (exit INCONSISTENT). Only with
+    ``optimizations.recompute_old_log_prob: false`` (``Recipe.consistency_gated``)."""
 
     enabled: bool = False
     every: int = Field(0, ge=0)  # 0: the first step only
@@ -305,14 +306,11 @@ class Recipe(Strict):
                              "console step lines); add it or set watchdog.enabled: false")
         return self
 
-    @model_validator(mode="after")
-    def _gate_needs_the_skip(self) -> "Recipe":
-        # With the pass on, verl compares the rollout's log-probs at every step itself (training/rollout_probs_diff_*).
-        if self.consistency.enabled and self.optimizations.recompute_old_log_prob:
-            raise ValueError("consistency.enabled gates the old_log_prob pass that optimizations.recompute_old_log_prob: "
-                             "false skips; with the pass on every step, verl logs training/rollout_probs_diff_* "
-                             "itself: set recompute_old_log_prob: false or consistency.enabled: false")
-        return self
+    @property
+    def consistency_gated(self) -> bool:
+        """The gate runs where the pass is skipped; with the pass on every step, verl compares the rollout's
+        log-probs itself wherever the rollout returns them (training/rollout_probs_diff_*)."""
+        return self.consistency.enabled and not self.optimizations.recompute_old_log_prob
 
     @model_validator(mode="after")
     def _divisibility(self) -> "Recipe":

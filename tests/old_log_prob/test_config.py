@@ -83,7 +83,9 @@ def test_multi_minibatch_is_refused_by_train_cli(tmp_path, capsys):
 @pytest.mark.parametrize("overrides,named", [
     ({"algorithm.use_kl_in_reward": True}, "algorithm.use_kl_in_reward"),
     ({"algorithm.critic_warmup": 1}, "trainer.critic_warmup=1"),
-    ({"verl_overrides": {"actor_rollout_ref.rollout.calculate_log_probs": True}}, "calculate_log_probs"),
+    # (the consistency gate's own use of them is allowed: tests/patches/test_consistency.py)
+    ({"verl_overrides": {"actor_rollout_ref.rollout.calculate_log_probs": True}, "consistency.enabled": False},
+     "calculate_log_probs"),
     ({"verl_overrides": {"algorithm.rollout_correction.bypass_mode": True}}, "bypass_mode"),
     ({"verl_overrides": {"actor_rollout_ref.actor.ppo_mini_batch_size": 4}}, "ppo_mini_batch_size=4"),
 ])

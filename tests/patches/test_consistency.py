@@ -131,25 +131,10 @@ def test_the_skip_accepts_rollout_log_probs_only_with_the_gate(tmp_path, monkeyp
         check_config(cfg)
 
 
-def test_the_gate_needs_the_skip():
-    from npu_rl.errors import UserError
-
-    with pytest.raises(UserError, match="consistency.enabled gates the old_log_prob pass"):
-        load_recipe("tiny_math_cpu", {"consistency.enabled": True, "optimizations.recompute_old_log_prob": True})
-
-
-def test_a_worker_computes_at_the_requested_temperature_and_keeps_its_own():
-    seen = []
-
-    class Worker:
-        config = types.SimpleNamespace(rollout=types.SimpleNamespace(temperature=0.7))
-
-        def compute_log_prob(self, data):
-            seen.append(self.config.rollout.temperature)  # what verl's worker reads
-
-    Worker.compute_log_prob = gate_mod._at_requested_temperature(Worker.compute_log_prob)
-    worker = Worker()
-    worker.compute_log_prob(DataProto.from_dict(tensors={"x": torch.zeros(1)},
-                                                meta_info={gate_mod.TEMPERATURE: 1.0}))
-    worker.compute_log_prob(DataProto.from_dict(tensors={"x": torch.zeros(1)}))
-    assert seen == [1.0, 0.7] and Worker.config.rollout.temperature == 0.7
+def test_with_the_pass_on_every_step_the_gate_stays_off(tmp_path, monkeypatch):
+    monkeypatch.setenv("NPU_RL_WORKSPACE", str(tmp_path))
+    recipe = load_recipe("tiny_math_cpu", {"optimizations.recompute_old_log_prob": True})
+    assert recipe.consistency.enabled and not recipe.consistency_gated
+    spec = build_launch(recipe)
+    assert "consistency" not in spec.patches and gate_mod.ENV not in spec.env and spec.consistency_file is None
+    assert not any("calculate_log_probs" in a for a in spec.argv)
