@@ -80,18 +80,16 @@ $(EVAL_STAMP): $(LOCKS)/eval.txt
 image-cpu: $(STAMP)
 	$(BIN)/npu-rl image build --variant cpu
 
-# The Ascend images' Python layer, built here as docker/Dockerfile builds it (tests/envs/test_npu_stack.py):
-# the base image's torch/torchvision (PyPI builds stand in), then the npu lock as it is, then npu-rl.
+# The Ascend images' Python set, built here as the images are built (tests/envs/test_npu_stack.py):
+# the base image's layer first, as its own Dockerfile makes it (torch, then vLLM's requirements,
+# vllm-ascend and torch_npu from configs/locks/npu-base.txt, then vLLM from its sdist with the empty
+# target: npu_rl.envs.ascend_base), then the npu lock as docker/Dockerfile installs it, then npu-rl.
 NPU_VENV ?= .venv-npu
 NPU_STAMP := $(NPU_VENV)/.installed
 npu-stack: $(NPU_STAMP)
 
-$(NPU_STAMP): $(LOCKS)/npu.txt pyproject.toml | $(STAMP)
-	$(PYTHON) -m venv $(NPU_VENV)
-	$(NPU_VENV)/bin/python -m pip install -q --upgrade pip
-	$(NPU_VENV)/bin/python -m pip install --progress-bar off \
-		"torch==$$($(BIN)/python -m npu_rl.versions get ascend.torch)" \
-		"torchvision==$$($(BIN)/python -m npu_rl.versions get ascend.torchvision)"
+$(NPU_STAMP): $(LOCKS)/npu-base.txt $(LOCKS)/npu.txt pyproject.toml | $(STAMP)
+	$(BIN)/python -m npu_rl.envs.ascend_base build $(NPU_VENV)
 	$(NPU_VENV)/bin/python -m pip install --progress-bar off --no-deps --require-hashes -r $(LOCKS)/npu.txt
 	$(NPU_VENV)/bin/python -m pip install -q --no-deps -e .
 	touch $@

@@ -8,11 +8,14 @@ it was generated from, so a test can tell when one is stale:
     python -m npu_rl.envs.locks compile [NAME ...]   # `make lock`
     python -m npu_rl.envs.locks check                # exit 1 naming each stale lock
 
-The Ascend locks are what npu-rl installs *on top of* the base image
-(``ascend.base_image``): the packages that image already carries for the chip (torch,
-torch_npu, torchvision) take part in the resolution as constraints, so every other pin
-agrees with them, but they are not emitted, nor is anything only they need (torch's CUDA
-wheels on x86_64, say). Installing a lock is ``pip install --no-deps --require-hashes -r``:
+The base image's own Python layer (``ascend.base_image``: vLLM built with the empty target,
+vllm-ascend, torch_npu) is locked as ``npu-base``, what the stand-in of that image installs
+(npu_rl.envs.ascend_base reads vLLM's requirements from its sdist). The Ascend locks, what
+npu-rl installs *on top of* that image, are resolved together with the base layer's
+requirements (vLLM's, vllm-ascend's, torch_npu's, and all they need), so no version they
+install breaks one of them (vLLM pins lark 1.2.2, say), and then leave out what only the base
+layer needs. The chip's torch, torch_npu and torchvision take part in the resolutions but are
+not emitted, nor is anything only they need (torch's CUDA wheels on x86_64, say). Installing a lock is ``pip install --no-deps --require-hashes -r``:
 the lock is the whole set, nothing is resolved at install time.
 """
 
@@ -44,6 +47,7 @@ LOCK_DIR = "configs/locks"
 CPU_PLATFORM = "x86_64-manylinux_2_28"
 PYTHON = "3.11"
 DIGEST_LINE = "# inputs-sha256: "
+BASE_LAYER_FILE = "base-layer.txt"
 TORCH_INDEX_LINE = "# torch-index: "
 
 
@@ -60,6 +64,13 @@ class Env:
     after: str | None = None
     # Where the CPU torch wheel comes from when this machine's pip has no copy of it.
     torch_index: str | None = None
+    # Requirements that replace every other requirement on the same package (uv --override).
+    overrides: tuple[str, ...] = ()
+    # The base image's Python layer (npu_rl.envs.ascend_base.base_requirements, read from the
+    # vLLM sdist pinned here; in the digest through its sha256): "is" for the lock of that
+    # layer, "over" for a lock resolved together with it that leaves out what only it needs.
+    base_layer: str | None = None
+    sdist: tuple[str, str, str] | None = None
 
     @property
     def path(self) -> Path:
@@ -119,6 +130,15 @@ def envs() -> dict[str, Env]:
     from ..eval.opencompass import eval_requirements
 
     provided = ("torch", "torch-npu", "torchvision")
+    from .ascend_base import sdist_pin
+
+    # torch_npu's x86_64 wheel requires torch==2.5.1+cpu, which only PyTorch's index serves. The base
+    # layer's lock resolves PyPI's 2.5.1 in its place (npu_rl.envs.ascend_base says what that stand-in
+    # lacks). The locks on top leave torch_npu, the chip's package, out of their resolution (a marker
+    # that never holds), so the chip's torch is only their constraint and every other requirement on
+    # torch still counts (an override of torch would silence nvidia-modelopt's torch>=2.6).
+    base_override = (_pin("torch", "ascend.torch"),)
+    torch_override = ("torch-npu ; sys_platform == 'never'",)
     cpu_extras = [_pin("jupyterlab", "dashboards.jupyterlab"), _pin("swanlab", "dashboards.swanlab"),
                   _pin("peewee", "dashboards.peewee")]
     items = [
@@ -133,14 +153,33 @@ def envs() -> dict[str, Env]:
         Env("eval", "OpenCompass in its own environment: .venv-eval (`make eval-venv`)",
             tuple(eval_requirements()), (), CPU_PLATFORM,
             torch_index=str(versions.get("cpu.torch_index_url"))),
+        Env("npu-base", "the Python layer of ascend.base_image (vLLM with the empty target, vllm-ascend, "
+            "torch_npu), what .venv-npu and the stand-in base image install (npu_rl.envs.ascend_base)",
+            (f"vllm-ascend=={versions.get('ascend.vllm_ascend')}",
+             f"torch-npu=={versions.get('ascend.torch_npu')}.*"),
+            # Resolved as Ascend resolved it: against the chip's torch only, not npu-rl's pins.
+            (_pin("torch", "ascend.torch"), _pin("torchvision", "ascend.torchvision")), None,
+            provided=("torch", "torchvision"), overrides=base_override, base_layer="is", sdist=sdist_pin()),
         Env("npu", "what the Ascend images (A2 and A3) install on top of ascend.base_image",
-            tuple(_npu_requirements()), tuple(npu_constraints()), None, provided=provided),
+            tuple(_npu_requirements()), tuple(npu_constraints()), None, provided=provided,
+            overrides=torch_override, base_layer="over", sdist=sdist_pin()),
         Env("npu-eval", "the Ascend eval image: the npu set with OpenCompass, on top of the base image",
             tuple(dict.fromkeys(_npu_requirements() + [r for r in eval_requirements() if not r.startswith("torch")])),
             # OpenCompass needs datasets<4 (eval.datasets): the eval image trades training's for it.
-            tuple(c for c in npu_constraints() if not c.startswith("datasets")), None, provided=provided),
+            tuple(c for c in npu_constraints() if not c.startswith("datasets")), None, provided=provided,
+            overrides=torch_override, base_layer="over", sdist=sdist_pin()),
     ]
     return {e.name: e for e in items}
+
+
+def base_layer_requirements(env: Env) -> list[str]:
+    """The base image's layer requirements ``env`` is resolved with (none when it has no base layer).
+    Reads the pinned vLLM sdist: fetched once and hash-checked."""
+    if env.base_layer is None:
+        return []
+    from .ascend_base import base_requirements, fetch_sdist
+
+    return base_requirements(fetch_sdist(*env.sdist), build=env.base_layer == "is")
 
 
 def get(name: str) -> Env:
@@ -156,6 +195,9 @@ def get(name: str) -> Env:
 def inputs_digest(env: Env) -> str:
     data = asdict(env)
     data.pop("torch_index")  # where torch came from is the machine's business, not the lock's
+    for key in ("overrides", "base_layer", "sdist"):  # unset: left out, so the locks without them keep their digests
+        if not data[key]:
+            data.pop(key)
     data["python"] = PYTHON
     data["uv"] = str(versions.get("tools.uv"))
     data["exclude_newer"] = str(versions.get("tools.lock_exclude_newer"))
@@ -230,17 +272,21 @@ def read(env: Env) -> list[Locked]:
     return parse(env.path.read_text(encoding="utf-8"))
 
 
-def _drop_provided(packages: list[Locked], provided: tuple[str, ...]) -> list[Locked]:
-    """Leave out the provided packages and whatever only they (transitively) need."""
+def _drop_provided(packages: list[Locked], provided: tuple[str, ...], base_files: tuple[str, ...] = ()) -> list[Locked]:
+    """Leave out the provided packages and whatever only they (transitively) need; a package
+    asked for only by ``base_files`` (the base layer's requirements) counts as provided."""
     dropped = {canonicalize_name(p) for p in provided}
+    base_roots = {f"-r {f}" for f in base_files}
     changed = True
     while changed:
         changed = False
         for p in packages:
             # `-r`: asked for directly; `-c`: only a constraint, which asks for nothing.
             vias = {canonicalize_name(v.split("[")[0]) for v in p.via if not v.startswith("-")}
-            roots = [v for v in p.via if v.startswith("-r")]
-            if p.name not in dropped and vias and not roots and vias <= dropped:
+            if base_roots & set(p.via):
+                vias.add("<base layer>")
+            roots = [v for v in p.via if v.startswith("-r") and v not in base_roots]
+            if p.name not in dropped and vias and not roots and vias <= dropped | {"<base layer>"}:
                 dropped.add(p.name)
                 changed = True
     return [p for p in packages if p.name not in dropped]
@@ -271,14 +317,25 @@ def compile_lock(env: Env, *, log=print) -> Path:
         constraints = list(env.constraints)
         if env.after:
             constraints += [f"{p.name}=={p.version}" for p in read(get(env.after)) if not p.marker]
+        requirements = list(env.requirements)
+        base = base_layer_requirements(env)
+        if env.base_layer == "is":
+            requirements = list(dict.fromkeys(base + requirements))
+        elif env.base_layer == "over":
+            # Its own file, so that uv's `# via -r base-layer.txt` tells what only the base needs.
+            (Path(tmp) / BASE_LAYER_FILE).write_text("\n".join(base) + "\n", encoding="utf-8")
         # Relative names: uv writes them into the `# via` lines, which must not change per run.
         cfile = Path(tmp) / "constraints.txt"
         cfile.write_text("\n".join(constraints) + "\n", encoding="utf-8")
         out = Path(tmp) / "lock.txt"
-        cmd = [uv, "pip", "compile", "-", "--output-file", out.name, "--python-version", PYTHON,
+        cmd = [uv, "pip", "compile", "-", *([BASE_LAYER_FILE] if env.base_layer == "over" else []),
+               "--output-file", out.name, "--python-version", PYTHON,
                "--generate-hashes", "--no-header", "--constraint", cfile.name,
                "--exclude-newer", str(versions.get("tools.lock_exclude_newer"))]
         cmd += ["--python-platform", env.platform] if env.platform else ["--universal"]
+        if env.overrides:
+            (Path(tmp) / "overrides.txt").write_text("\n".join(env.overrides) + "\n", encoding="utf-8")
+            cmd += ["--override", "overrides.txt"]
         if env.torch_index:
             torch_pin = next((c for c in [*env.requirements, *constraints]
                               if canonicalize_name(Requirement(c).name) == "torch" and Requirement(c).specifier), None)
@@ -286,14 +343,15 @@ def compile_lock(env: Env, *, log=print) -> Path:
             wheel = pipconf.local_wheel("torch", version) if version else None
             # This machine's pip carries the wheel: uv reads the same folder; else the CPU index.
             cmd += ["--find-links", str(wheel.parent)] if wheel else ["--extra-index-url", env.torch_index]
-        log(f"lock {env.name}: resolving {len(env.requirements)} requirements with uv "
+        log(f"lock {env.name}: resolving {len(requirements)} requirements with uv "
             f"({env.platform or 'universal'}, python {PYTHON})")
         env_vars = {**os.environ, "UV_NO_CONFIG": "1"}
-        proc = subprocess.run(cmd, input="\n".join(env.requirements) + "\n", text=True, capture_output=True,
+        proc = subprocess.run(cmd, input="\n".join(requirements) + "\n", text=True, capture_output=True,
                               env=env_vars, cwd=tmp)
         if proc.returncode != 0:
             raise RuntimeError(f"uv could not lock {env.name}:\n{proc.stderr.strip()}")
-        packages = _drop_provided(parse(out.read_text(encoding="utf-8")), env.provided)
+        packages = _drop_provided(parse(out.read_text(encoding="utf-8")), env.provided,
+                                  base_files=(BASE_LAYER_FILE,) if env.base_layer == "over" else ())
     header = [
         f"# {LOCK_DIR}/{env.name}.txt: {env.purpose}.",
         "# Generated by `make lock` (python -m npu_rl.envs.locks compile) from configs/versions.yaml",
@@ -305,6 +363,9 @@ def compile_lock(env: Env, *, log=print) -> Path:
     if env.provided:
         header.append(f"# Provided by the base image, hence not here: {', '.join(env.provided)} "
                       "and what only they need.")
+    if env.base_layer == "over":
+        header.append("# Resolved together with the base image's layer (configs/locks/npu-base.txt's requirements):")
+        header.append("# what only that layer needs is left out, what both need agrees with both.")
     header.append("# Install: pip install --no-deps --require-hashes -r <this file>")
     if env.torch_index:
         header.append(f"{TORCH_INDEX_LINE}{env.torch_index}")

@@ -269,8 +269,8 @@ def run_env(recipe: Recipe, start_step: int | None) -> dict[str, str]:
         c = recipe.consistency
         env[ENV] = json.dumps({"every": c.every, "max_probs_diff_mean": c.max_probs_diff_mean})
     if recipe.rollout.expert_parallel:
-        # vllm-ascend 0.9.1 reads the DP size only from here (patch_0_9_1/patch_configs.py); the
-        # vllm_dp patch derives each rank's VLLM_DP_RANK / master address from it.
+        # vLLM 0.9.1's ParallelConfig falls back to VLLM_DP_* when its engine argument is left at 1
+        # (npu_rl.patches.vllm_dp); that patch derives each rank's VLLM_DP_RANK / master from this.
         env["VLLM_DP_SIZE"] = str(recipe.rollout.data_parallel_size)
     if recipe.actor.strategy == "megatron":
         from .megatron import megatron_env

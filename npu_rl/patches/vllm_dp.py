@@ -15,12 +15,18 @@ How it reaches vLLM here, without replacing verl's constructor:
   ``LLM(**engine_kwargs)`` unchanged, so the launcher emits them as hydra overrides
   (:func:`npu_rl.launcher.megatron.megatron_overrides`). This patch only turns OmegaConf
   nodes in them into plain containers (vLLM hashes and copies its config).
-* The data-parallel size cannot be an engine argument: vllm-ascend 0.9.1 replaces
-  ``ParallelConfig.__post_init__`` with one that always reads ``VLLM_DP_SIZE``,
-  ``VLLM_DP_RANK``, ``VLLM_DP_MASTER_IP`` and ``VLLM_DP_MASTER_PORT`` from the
-  environment (vllm-ascend v0.9.1 ``vllm_ascend/patch/platform/patch_0_9_1/patch_configs.py``).
+* The data-parallel size is not passed as an engine argument: a ``data_parallel_size`` above 1
+  there makes vLLM treat the engine as its own DP launcher (it picks a fresh master port,
+  ``vllm/config.py`` 1885-1887 at v0.9.1). With the default of 1, vLLM's own
+  ``ParallelConfig.__post_init__`` falls back to the environment, the offline SPMD case:
+  ``VLLM_DP_SIZE``, ``VLLM_DP_RANK``, ``VLLM_DP_RANK_LOCAL``, ``VLLM_DP_MASTER_IP`` and
+  ``VLLM_DP_MASTER_PORT`` (``vllm/config.py`` 1888-1894 at v0.9.1). vllm-ascend 0.9.1 replaces
+  that ``__post_init__`` only when ``VLLM_ASCEND_EXTERNAL_DP_LB_ENABLED`` is set
+  (``vllm_ascend/patch/platform/patch_0_9_1/patch_configs.py`` 76-77, ``vllm_ascend/envs.py``
+  169-171), which npu-rl never sets, so vLLM's fallback is the mechanism that applies.
   The launcher sets ``VLLM_DP_SIZE`` for every worker; this patch derives the per-rank
-  variables right before verl builds the engine (:func:`dp_coords`, :func:`dp_env`).
+  variables right before verl builds the engine (:func:`dp_coords`, :func:`dp_env`), and
+  ``tests/envs/test_npu_stack.py`` checks them against vLLM 0.9.1's own ``ParallelConfig``.
 
 verl must keep its own ``rollout.data_parallel_size`` / ``expert_parallel_size`` at 1:
 its megatron worker builds the rollout mesh with ``infer_tp = TP * data_parallel_size``
@@ -86,7 +92,7 @@ def dp_coords(rank: int, world: int, tp: int, dp: int) -> DPCoords:
 
 
 def dp_env(rank: int, world: int, tp: int, dp: int, ips: list[str], base_port: int) -> dict[str, str]:
-    """The ``VLLM_DP_*`` variables vllm-ascend 0.9.1 builds ``ParallelConfig`` from, for one rank."""
+    """The ``VLLM_DP_*`` variables vLLM 0.9.1's ``ParallelConfig`` reads for one rank (module docstring)."""
     c = dp_coords(rank, world, tp, dp)
     return {
         DP_SIZE_ENV: str(dp),

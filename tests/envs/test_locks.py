@@ -117,3 +117,61 @@ def test_the_venv_is_installed_from_the_cpu_and_dev_locks():
             if have != p.version:
                 wrong.append(f"{p.name}: locked {p.version}, installed {have}")
     assert not wrong, wrong[:10]
+
+
+def _pins_on(env: locks.Env, markers: dict) -> dict[str, locks.Locked]:
+    """The pins of a universal lock that hold on one platform (it may pin a package per Python)."""
+    return {p.name: p for p in locks.read(env)
+            if not p.marker or Requirement(f"x; {p.marker}").marker.evaluate(markers)}
+
+
+@pytest.fixture(scope="module")
+def base_layer_requirements(tmp_path_factory) -> list[str]:
+    """What the base image's layer requires of the packages around it: vLLM's requirements (read from
+    its pinned sdist, as the lock was resolved) and vllm-ascend's and torch_npu's (their wheels' own
+    metadata, downloaded with pip: not what the lock module says of them)."""
+    from npu_rl import versions
+    from npu_rl.envs import ascend_base
+
+    sdist = ascend_base.fetch_sdist(*ascend_base.sdist_pin())
+    out = ascend_base.vllm_requirements(sdist, build=False)
+    folder = tmp_path_factory.mktemp("wheels")
+    subprocess.run([sys.executable, "-m", "pip", "download", "-q", "--no-deps", "--only-binary=:all:",
+                    "--platform", "manylinux2014_x86_64", "--python-version", "3.11", "-d", str(folder),
+                    f"vllm-ascend=={versions.get('ascend.vllm_ascend')}",
+                    f"torch-npu=={versions.get('ascend.torch_npu')}.*"], check=True, timeout=600)
+    wheels = sorted(folder.glob("*.whl"))
+    assert len(wheels) == 2, wheels
+    for wheel in wheels:
+        with __import__("zipfile").ZipFile(wheel) as z:
+            meta = next(n for n in z.namelist() if n.endswith(".dist-info/METADATA"))
+            out += [line.split(":", 1)[1].strip() for line in z.read(meta).decode().splitlines()
+                    if line.startswith("Requires-Dist:")]
+    return out
+
+
+@pytest.mark.parametrize("name", ["npu", "npu-eval"])
+def test_ascend_locks_keep_every_version_the_base_layer_requires(name, base_layer_requirements):
+    """Installed with --no-deps over the base image, a lock must not replace a version vLLM, vllm-ascend
+    or torch_npu asks for (vLLM 0.9.1 pins lark 1.2.2); the chip's own packages must match them too."""
+    from npu_rl import versions
+
+    env = locks.get(name)
+    chip = {"torch": versions.get("ascend.torch"), "torchvision": versions.get("ascend.torchvision")}
+    broken = []
+    for markers in (CPU_MARKERS, AARCH64_MARKERS):
+        pins = _pins_on(env, markers)
+        for line in base_layer_requirements:
+            req = Requirement(line)
+            if req.marker and not req.marker.evaluate(markers):
+                continue
+            key = canonicalize_name(req.name)
+            have = pins[key].version if key in pins else chip.get(key)
+            # torch_npu's x86_64 wheel asks for torch 2.5.1+cpu: the base image's, whatever the lock says.
+            if have is None or (key == "torch" and "+" in str(req.specifier)):
+                continue
+            if not req.specifier.contains(str(have), prereleases=True):
+                broken.append(f"{name}.txt has {key}=={have}, the base layer requires {line!r} "
+                              f"({markers['platform_machine']})")
+    assert not broken, "\n".join(sorted(set(broken)))
+    assert len(base_layer_requirements) > 40  # vLLM's common requirements were read

@@ -1,0 +1,250 @@
+"""The base image's Python layer (``ascend.base_image``), and the stand-in of it built here.
+
+vllm-ascend v0.9.1's Dockerfile makes ``quay.io/ascend/vllm-ascend:v0.9.1`` on CANN's image
+(``quay.io/ascend/cann:8.2.rc1-910b-ubuntu22.04-py3.11``): vLLM 0.9.1 installed from its source
+with ``VLLM_TARGET_DEVICE=empty``, which makes vLLM's requirements those of
+``requirements/common.txt`` (vLLM 0.9.1 ``setup.py`` ``get_requirements``: ``_no_device()``),
+then vllm-ascend 0.9.1, whose metadata requires ``torch-npu==2.5.1.post1`` on torch 2.5.1.
+
+Here that layer is resolved into ``configs/locks/npu-base.txt`` (npu_rl.envs.locks: vLLM's
+common requirements and build requirements, read from the release's sdist, plus vllm-ascend
+and torch_npu) and the npu locks are resolved with it as constraints, so nothing npu-rl
+installs on top replaces a version vLLM, vllm-ascend or torch_npu asks for. ``build`` installs
+the same layer into a venv the same way: torch, the npu-base lock, then vLLM built from its
+sdist with the empty target (``make npu-stack``; ``python -m npu_rl.envs.ascend_base build VENV``).
+
+What the stand-in lacks, and where it differs (the one place this is stated):
+
+* CANN, the NPU kernels and torch_npu's native library: ``import torch_npu`` fails, and so
+  does everything that imports it (vllm-ascend's platform, its patches, its worker).
+* Without CANN, torch_npu's native library cannot load, and torch 2.5 loads every installed
+  device backend when it is imported (its ``torch.backends`` entry points): ``import torch``
+  itself fails. The stand-in turns that off, ``TORCH_DEVICE_BACKEND_AUTOLOAD=0`` (:data:`STAND_IN_ENV`:
+  a ``.pth`` line in the venv, an ``ENV`` in a stand-in image); a real base image loads torch_npu.
+  transformers, vLLM and verl import torch_npu whenever it is installed, so what imports them
+  here does so with torch_npu hidden (``sys.modules["torch_npu"] = None``, what a host without it
+  sees) and without vllm-ascend's platform plugin (``VLLM_PLUGINS=""``): tests/envs/test_npu_stack.py.
+* torch: torch_npu 2.5.1.post1 for x86_64 requires ``torch==2.5.1+cpu``, which only PyTorch's
+  own index serves (unreachable here). PyPI's torch 2.5.1 stands in, with the CUDA wheels
+  and triton PyPI's build depends on, and ``pip check`` prints exactly that one line
+  (:data:`EXPECTED_PIP_CHECK`); on aarch64 PyPI's torch 2.5.1 is the CPU build and there is
+  no such line. The base image's Dockerfile also uninstalls triton, which its CPU torch does
+  not need; the stand-in keeps it because its torch does.
+* vLLM's unpinned requirements are resolved as of ``tools.lock_exclude_newer``, not on the
+  day Ascend built the image; the pinned ones (lark, outlines, xgrammar, compressed-tensors,
+  ...) are the same.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import platform
+import re
+import subprocess
+import sys
+import tarfile
+import tomllib
+import urllib.request
+from pathlib import Path
+
+from packaging.requirements import Requirement
+from packaging.utils import canonicalize_name
+
+from .. import versions
+
+SIMPLE_INDEX = "https://pypi.org/simple"
+# What the stand-in sets because CANN is absent (module docstring).
+STAND_IN_ENV = {"TORCH_DEVICE_BACKEND_AUTOLOAD": "0"}
+# torch_npu's x86_64 wheel pins the CPU build of torch, which PyPI does not carry (see above).
+EXPECTED_PIP_CHECK = re.compile(r"^torch-npu 2\.5\.1\.post1 has requirement torch==2\.5\.1\+cpu, "
+                                r"but you have torch 2\.5\.1\.$")
+
+
+def cache_dir() -> Path:
+    base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
+    return Path(base) / "npu-rl" / "sdists"
+
+
+def sdist_pin() -> tuple[str, str, str]:
+    """(name, version, sha256) of the vLLM source release the base image is built from."""
+    return "vllm", str(versions.get("ascend.vllm")), str(versions.get("ascend.vllm_sdist_sha256"))
+
+
+def _sha256(path: Path) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for chunk in iter(lambda: f.read(1 << 20), b""):
+            h.update(chunk)
+    return h.hexdigest()
+
+
+def fetch_sdist(name: str, version: str, sha256: str, *, log=print) -> Path:
+    """The release's sdist from the package index, checked against its pinned sha256 and cached.
+
+    pip cannot fetch it (``pip download`` prepares its metadata, which for vLLM means building
+    against torch 2.7), so it is read from the index's JSON page (PEP 691).
+    """
+    filename = f"{name.replace('-', '_')}-{version}.tar.gz"
+    target = cache_dir() / filename
+    if target.is_file() and _sha256(target) == sha256:
+        return target
+    request = urllib.request.Request(f"{SIMPLE_INDEX}/{canonicalize_name(name)}/",
+                                     headers={"Accept": "application/vnd.pypi.simple.v1+json"})
+    with urllib.request.urlopen(request, timeout=120) as response:
+        files = json.load(response)["files"]
+    entry = next((f for f in files if f["filename"] == filename), None)
+    if entry is None:
+        raise RuntimeError(f"{SIMPLE_INDEX} has no {filename}")
+    log(f"fetching {filename} ({entry.get('size', 0) / 1e6:.1f} MB)")
+    target.parent.mkdir(parents=True, exist_ok=True)
+    partial = target.with_suffix(".part")
+    urllib.request.urlretrieve(entry["url"], partial)
+    got = _sha256(partial)
+    if got != sha256:
+        partial.unlink()
+        raise RuntimeError(f"{filename} has sha256 {got}, configs/versions.yaml pins {sha256}")
+    partial.replace(target)
+    return target
+
+
+def _member(sdist: Path, relative: str) -> str:
+    with tarfile.open(sdist) as tar:
+        top = tar.getnames()[0].split("/")[0]
+        member = tar.extractfile(f"{top}/{relative}")
+        if member is None:
+            raise RuntimeError(f"{sdist.name} has no {relative}")
+        return member.read().decode("utf-8")
+
+
+def _requirement_lines(text: str) -> list[str]:
+    out = []
+    for line in text.splitlines():
+        line = line.split(" #", 1)[0].split("\t#", 1)[0].strip()
+        if line and not line.startswith(("#", "-")):
+            out.append(str(Requirement(line)))
+    return out
+
+
+def vllm_requirements(sdist: Path, *, build: bool) -> list[str]:
+    """What installing vLLM with the empty target requires (``requirements/common.txt``) and, with
+    ``build``, what building it from its sdist without build isolation needs (``[build-system]
+    requires``) but torch: the base image's is the one it is built on."""
+    runtime = _requirement_lines(_member(sdist, "requirements/common.txt"))
+    if not build:
+        return runtime
+    tools = tomllib.loads(_member(sdist, "pyproject.toml"))["build-system"]["requires"]
+    tools = [str(Requirement(r)) for r in tools if canonicalize_name(Requirement(r).name) != "torch"]
+    return list(dict.fromkeys(runtime + tools))
+
+
+def base_requirements(sdist: Path, *, build: bool = False) -> list[str]:
+    """The base image's Python layer above torch: vLLM's requirements, vllm-ascend, torch_npu;
+    with ``build``, also what the stand-in needs to build vLLM in place (the base image builds
+    it in pip's isolated build environment, which does not stay)."""
+    return vllm_requirements(sdist, build=build) + [
+        f"vllm-ascend=={versions.get('ascend.vllm_ascend')}",
+        # Ascend publishes post releases of the pinned torch_npu (2.5.1.post1).
+        f"torch-npu=={versions.get('ascend.torch_npu')}.*",
+    ]
+
+
+def unexpected_pip_check(output: str, torch_version: str | None, machine: str | None = None) -> list[str]:
+    """The lines of ``pip check`` output that the stand-in's one known difference does not explain:
+    torch_npu's pin of the CPU torch build, allowed only where PyPI's torch stands in for it (x86_64,
+    a torch without a local label). On a real base image (torch 2.5.1+cpu) nothing is allowed."""
+    machine = machine or platform.machine()
+    stand_in = machine == "x86_64" and torch_version == str(versions.get("ascend.torch"))
+    lines = [l for l in output.splitlines() if l.strip() and not l.startswith("No broken requirements")]
+    return [l for l in lines if not (stand_in and EXPECTED_PIP_CHECK.match(l))]
+
+
+def pip_check() -> list[str]:
+    """``pip check`` of this interpreter's environment, less the stand-in's one expected line."""
+    from importlib import metadata
+
+    try:
+        torch_version = metadata.version("torch")
+    except metadata.PackageNotFoundError:
+        torch_version = None
+    proc = subprocess.run([sys.executable, "-m", "pip", "check"], capture_output=True, text=True, timeout=600)
+    return unexpected_pip_check(proc.stdout + proc.stderr, torch_version)
+
+
+def _run(cmd: list[str], *, log, env: dict | None = None) -> None:
+    log("+ " + " ".join(cmd))
+    proc = subprocess.run(cmd, env={**os.environ, **(env or {})})
+    if proc.returncode != 0:
+        raise RuntimeError(f"{' '.join(cmd[:4])} ... exited with {proc.returncode}")
+
+
+def build(venv: Path, *, log=print) -> None:
+    """Install the base image's Python layer into ``venv`` (made if missing), as its Dockerfile does."""
+    from . import locks
+
+    python = venv / "bin" / "python"
+    if not python.is_file():
+        _run([sys.executable, "-m", "venv", str(venv)], log=log)
+    pip = [str(python), "-m", "pip", "install", "--progress-bar", "off"]
+    _run(pip + ["-q", "--upgrade", "pip"], log=log)
+    log("[1/3] torch and torchvision, the base image's (PyPI's builds stand in)")
+    _run(pip + [f"torch=={versions.get('ascend.torch')}", f"torchvision=={versions.get('ascend.torchvision')}"],
+         log=log)
+    log("[2/3] vLLM's requirements, vllm-ascend and torch_npu (configs/locks/npu-base.txt)")
+    _run(pip + ["--no-deps", "--require-hashes", "-r", str(locks.get("npu-base").path)], log=log)
+    _stand_in_pth(python, log=log)
+    log("[3/3] vLLM from its sdist with VLLM_TARGET_DEVICE=empty, on the torch above")
+    sdist = fetch_sdist(*sdist_pin(), log=log)
+    _run(pip + ["--no-deps", "--no-build-isolation", str(sdist)], log=log,
+         env={"VLLM_TARGET_DEVICE": "empty", "MAX_JOBS": "1"})
+
+
+def _stand_in_pth(python: Path, *, log) -> None:
+    """:data:`STAND_IN_ENV` for every process of the venv, as a stand-in image's ``ENV`` would set it."""
+    site = subprocess.run([str(python), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
+                          capture_output=True, text=True, check=True).stdout.strip()
+    lines = "".join(f"import os; os.environ.setdefault({k!r}, {v!r})\n" for k, v in STAND_IN_ENV.items())
+    (Path(site) / "npu-rl-stand-in.pth").write_text(lines, encoding="utf-8")
+    log(f"stand-in: {', '.join(f'{k}={v}' for k, v in STAND_IN_ENV.items())} (no CANN for torch_npu to load)")
+
+
+def _stand_in_torch() -> bool:
+    from importlib import metadata
+
+    try:
+        return platform.machine() == "x86_64" and metadata.version("torch") == str(versions.get("ascend.torch"))
+    except metadata.PackageNotFoundError:
+        return False
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if len(argv) == 2 and argv[0] == "build":
+        try:
+            build(Path(argv[1]))
+        except (RuntimeError, OSError) as err:
+            print(f"npu-rl: error: {err}", file=sys.stderr)
+            return 1
+        return 0
+    if argv == ["pip-check"]:
+        # The image build's and the NPU stack test's check: every requirement of every installed
+        # package holds, but the one the stand-in cannot meet (module docstring).
+        problems = pip_check()
+        for line in problems:
+            print(line, file=sys.stderr)
+        if problems:
+            print(f"npu-rl: error: pip check: {len(problems)} broken requirement(s) above", file=sys.stderr)
+            return 1
+        print("pip check: every requirement holds" + (" (but torch_npu's torch==2.5.1+cpu: the stand-in's PyPI torch)"
+                                                      if _stand_in_torch() else ""))
+        return 0
+    if argv == ["sdist"]:
+        print(fetch_sdist(*sdist_pin()))
+        return 0
+    print("usage: python -m npu_rl.envs.ascend_base build VENV | pip-check | sdist", file=sys.stderr)
+    return 2
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
