@@ -64,6 +64,9 @@ mods = ["npu_rl.launcher.spec", "npu_rl.launcher.preflight", "npu_rl.patches.old
         "npu_rl.patches.reshard", "npu_rl.patches.vllm_dp", "npu_rl.reward.math", "npu_rl.platform.doctor",
         "npu_rl.reshard.planner", "verl.trainer.main_ppo", "verl.workers.fsdp_workers"]
 out["imported"] = [m for m in mods if importlib.import_module(m)]
+# verl's converter (the prepare job's) comes with the release the lock installs.
+from npu_rl.launcher.megatron import verl_converter
+out["converter"] = str(verl_converter()) if verl_converter().is_file() else None
 # The A2 recipe's launch, composed with this verl's hydra configs (what `npu-rl train --dry-run` prints).
 from npu_rl.launcher.spec import build_launch
 from npu_rl.recipe import load_recipe
@@ -142,6 +145,7 @@ def test_npu_lock_installs_imports_and_composes(tmp_path):
     assert result["versions"]["pyarrow"] == str(versions.get("common.pyarrow"))
     assert result["versions"]["verl"] == str(versions.get("verl.version"))
     assert result["parquet_sum"] == 6
+    assert result["converter"] and result["converter"].startswith(str(VENV))
     assert result["argv_head"] == [str(VENV / "bin" / "python"), "-m", "verl.trainer.main_ppo"]
     assert result["rollout"] == "vllm"
     # vLLM built from its sdist with the empty target.
