@@ -13,6 +13,16 @@ REPO = Path(__file__).resolve().parents[1]
 SHARED = (REPO / ".." / "shared").resolve()
 
 
+def pytest_collection_modifyitems(config, items):
+    """The end-to-end runs in two xdist groups (`make test`'s second phase, --dist loadgroup): the 2-node
+    cluster runs, which share the uninterrupted reference run and wait out the faults they inject, on
+    one worker; every single-node run (and the image) on the other."""
+    for item in items:
+        if item.get_closest_marker("e2e") or item.get_closest_marker("image"):
+            group = "cluster" if item.path.parent.name == "cluster" else "single-node"
+            item.add_marker(pytest.mark.xdist_group(group))
+
+
 @pytest.fixture(scope="session")
 def repo_root() -> Path:
     return REPO
