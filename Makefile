@@ -13,9 +13,10 @@ PYTEST_ARGS ?=
 # a worker takes a whole test file, so a module's fixtures are built once. TEST_WORKERS=0: one process.
 TEST_WORKERS ?= $(shell n=$$(nproc 2>/dev/null || echo 1); [ $$n -gt 4 ] && n=4; echo $$n)
 XDIST = $(if $(filter 0,$(TEST_WORKERS)),,-n $(TEST_WORKERS) --dist loadfile)
-# The end-to-end runs on two workers, by group (tests/conftest.py): the cluster runs, which spend much
-# of their time waiting on the faults they inject (a hung rank's watchdog, Ray's health check), beside
-# the single-node runs. No more than two: a third verl run on 2 cores only slows the others.
+# The end-to-end runs on two workers, by kind (tests/conftest.py, pytest_xdist_make_scheduler): the
+# cluster runs, which spend much of their time waiting on the faults they inject (a hung rank's
+# watchdog, Ray's health check), beside the single-node runs. No more: a third verl run on 2 cores
+# only slows the others.
 XDIST_E2E = $(if $(filter 0 1,$(TEST_WORKERS)),,-n 2 --dist loadgroup)
 
 .PHONY: all venv demo test test-fast lint render clean help eval-venv lock image-cpu npu-stack
