@@ -13,24 +13,6 @@ REPO = Path(__file__).resolve().parents[1]
 SHARED = (REPO / ".." / "shared").resolve()
 
 
-def pytest_xdist_make_scheduler(config, log):
-    """`make test`'s second phase (--dist loadgroup): the end-to-end runs in two groups, one per worker.
-    The 2-node cluster runs, which share the uninterrupted reference run and spend much of their time
-    waiting out the faults they inject, on one; every single-node run (and the image) on the other.
-
-    By path, not by xdist_group marks: xdist 3.8 groups by a suffix it writes to ``item._nodeid``,
-    which pytest 9 no longer reads (its node ids live in ``_id``), so the marks group nothing."""
-    if config.getvalue("dist") != "loadgroup":
-        return None
-    from xdist.scheduler import LoadScopeScheduling
-
-    class ByRunKind(LoadScopeScheduling):
-        def _split_scope(self, nodeid: str) -> str:
-            return "cluster" if nodeid.startswith("tests/cluster/") else "single-node"
-
-    return ByRunKind(config, log)
-
-
 @pytest.fixture(scope="session")
 def repo_root() -> Path:
     return REPO

@@ -70,6 +70,8 @@ class CPURollout(HFRollout):
 
     async def update_weights(self, weights: Generator[tuple[str, torch.Tensor], None, None], **kwargs):
         drill = os.environ.get(DRILL_ENV) == WEIGHTS_DRILL
+        # The drill's noise is seeded: every drill run breaks the same weights the same way.
+        noise = torch.Generator().manual_seed(0) if drill else None
         with torch.no_grad():
             for name, tensor in weights:
                 target = self._params.get(name)
@@ -78,7 +80,7 @@ class CPURollout(HFRollout):
                     continue
                 target.copy_(tensor.to(dtype=target.dtype))
                 if drill and target.numel() > 1:
-                    target.add_(torch.randn_like(target) * target.std())
+                    target.add_(torch.randn(target.shape, generator=noise, dtype=target.dtype) * target.std())
 
     def generate_sequences(self, prompts: DataProto) -> DataProto:
         out = super().generate_sequences(prompts)
