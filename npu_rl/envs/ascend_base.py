@@ -150,26 +150,31 @@ def base_requirements(sdist: Path, *, build: bool = False) -> list[str]:
     ]
 
 
-def unexpected_pip_check(output: str, torch_version: str | None, machine: str | None = None) -> list[str]:
+def stand_in_torch(torch_version: str | None = None, machine: str | None = None) -> bool:
+    """Whether PyPI's torch stands in for the base image's CPU build (x86_64, a torch without a local
+    label); by default of this interpreter's environment."""
+    if torch_version is None:
+        from importlib import metadata
+
+        try:
+            torch_version = metadata.version("torch")
+        except metadata.PackageNotFoundError:
+            return False
+    return (machine or platform.machine()) == "x86_64" and torch_version == str(versions.get("ascend.torch"))
+
+
+def unexpected_pip_check(output: str, stand_in: bool) -> list[str]:
     """The lines of ``pip check`` output that the stand-in's one known difference does not explain:
-    torch_npu's pin of the CPU torch build, allowed only where PyPI's torch stands in for it (x86_64,
-    a torch without a local label). On a real base image (torch 2.5.1+cpu) nothing is allowed."""
-    machine = machine or platform.machine()
-    stand_in = machine == "x86_64" and torch_version == str(versions.get("ascend.torch"))
+    torch_npu's pin of the CPU torch build, allowed only where PyPI's torch stands in for it
+    (:func:`stand_in_torch`). On a real base image (torch 2.5.1+cpu) nothing is allowed."""
     lines = [l for l in output.splitlines() if l.strip() and not l.startswith("No broken requirements")]
     return [l for l in lines if not (stand_in and EXPECTED_PIP_CHECK.match(l))]
 
 
 def pip_check() -> list[str]:
     """``pip check`` of this interpreter's environment, less the stand-in's one expected line."""
-    from importlib import metadata
-
-    try:
-        torch_version = metadata.version("torch")
-    except metadata.PackageNotFoundError:
-        torch_version = None
     proc = subprocess.run([sys.executable, "-m", "pip", "check"], capture_output=True, text=True, timeout=600)
-    return unexpected_pip_check(proc.stdout + proc.stderr, torch_version)
+    return unexpected_pip_check(proc.stdout + proc.stderr, stand_in_torch())
 
 
 def _run(cmd: list[str], *, log, env: dict | None = None) -> None:
@@ -209,15 +214,6 @@ def _stand_in_pth(python: Path, *, log) -> None:
     log(f"stand-in: {', '.join(f'{k}={v}' for k, v in STAND_IN_ENV.items())} (no CANN for torch_npu to load)")
 
 
-def _stand_in_torch() -> bool:
-    from importlib import metadata
-
-    try:
-        return platform.machine() == "x86_64" and metadata.version("torch") == str(versions.get("ascend.torch"))
-    except metadata.PackageNotFoundError:
-        return False
-
-
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     if len(argv) == 2 and argv[0] == "build":
@@ -237,7 +233,7 @@ def main(argv: list[str] | None = None) -> int:
             print(f"npu-rl: error: pip check: {len(problems)} broken requirement(s) above", file=sys.stderr)
             return 1
         print("pip check: every requirement holds" + (" (but torch_npu's torch==2.5.1+cpu: the stand-in's PyPI torch)"
-                                                      if _stand_in_torch() else ""))
+                                                      if stand_in_torch() else ""))
         return 0
     if argv == ["sdist"]:
         print(fetch_sdist(*sdist_pin()))

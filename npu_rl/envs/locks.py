@@ -67,10 +67,9 @@ class Env:
     # Requirements that replace every other requirement on the same package (uv --override).
     overrides: tuple[str, ...] = ()
     # The base image's Python layer (npu_rl.envs.ascend_base.base_requirements, read from the
-    # vLLM sdist pinned here; in the digest through its sha256): "is" for the lock of that
+    # pinned vLLM sdist, which the digest names with its sha256): "is" for the lock of that
     # layer, "over" for a lock resolved together with it that leaves out what only it needs.
     base_layer: str | None = None
-    sdist: tuple[str, str, str] | None = None
 
     @property
     def path(self) -> Path:
@@ -130,7 +129,6 @@ def envs() -> dict[str, Env]:
     from ..eval.opencompass import eval_requirements
 
     provided = ("torch", "torch-npu", "torchvision")
-    from .ascend_base import sdist_pin
 
     # torch_npu's x86_64 wheel requires torch==2.5.1+cpu, which only PyTorch's index serves. The base
     # layer's lock resolves PyPI's 2.5.1 in its place (npu_rl.envs.ascend_base says what that stand-in
@@ -159,15 +157,15 @@ def envs() -> dict[str, Env]:
              f"torch-npu=={versions.get('ascend.torch_npu')}.*"),
             # Resolved as Ascend resolved it: against the chip's torch only, not npu-rl's pins.
             (_pin("torch", "ascend.torch"), _pin("torchvision", "ascend.torchvision")), None,
-            provided=("torch", "torchvision"), overrides=base_override, base_layer="is", sdist=sdist_pin()),
+            provided=("torch", "torchvision"), overrides=base_override, base_layer="is"),
         Env("npu", "what the Ascend images (A2 and A3) install on top of ascend.base_image",
             tuple(_npu_requirements()), tuple(npu_constraints()), None, provided=provided,
-            overrides=torch_override, base_layer="over", sdist=sdist_pin()),
+            overrides=torch_override, base_layer="over"),
         Env("npu-eval", "the Ascend eval image: the npu set with OpenCompass, on top of the base image",
             tuple(dict.fromkeys(_npu_requirements() + [r for r in eval_requirements() if not r.startswith("torch")])),
             # OpenCompass needs datasets<4 (eval.datasets): the eval image trades training's for it.
             tuple(c for c in npu_constraints() if not c.startswith("datasets")), None, provided=provided,
-            overrides=torch_override, base_layer="over", sdist=sdist_pin()),
+            overrides=torch_override, base_layer="over"),
     ]
     return {e.name: e for e in items}
 
@@ -177,9 +175,9 @@ def base_layer_requirements(env: Env) -> list[str]:
     Reads the pinned vLLM sdist: fetched once and hash-checked."""
     if env.base_layer is None:
         return []
-    from .ascend_base import base_requirements, fetch_sdist
+    from .ascend_base import base_requirements, fetch_sdist, sdist_pin
 
-    return base_requirements(fetch_sdist(*env.sdist), build=env.base_layer == "is")
+    return base_requirements(fetch_sdist(*sdist_pin()), build=env.base_layer == "is")
 
 
 def get(name: str) -> Env:
@@ -195,9 +193,13 @@ def get(name: str) -> Env:
 def inputs_digest(env: Env) -> str:
     data = asdict(env)
     data.pop("torch_index")  # where torch came from is the machine's business, not the lock's
-    for key in ("overrides", "base_layer", "sdist"):  # unset: left out, so the locks without them keep their digests
+    for key in ("overrides", "base_layer"):  # unset: left out, so the locks without them keep their digests
         if not data[key]:
             data.pop(key)
+    if env.base_layer:
+        from .ascend_base import sdist_pin
+
+        data["sdist"] = sdist_pin()
     data["python"] = PYTHON
     data["uv"] = str(versions.get("tools.uv"))
     data["exclude_newer"] = str(versions.get("tools.lock_exclude_newer"))

@@ -7,6 +7,7 @@ import shutil
 import subprocess
 import sys
 import sysconfig
+import zipfile
 from importlib import metadata
 from pathlib import Path
 
@@ -143,7 +144,7 @@ def base_layer_requirements(tmp_path_factory) -> list[str]:
     wheels = sorted(folder.glob("*.whl"))
     assert len(wheels) == 2, wheels
     for wheel in wheels:
-        with __import__("zipfile").ZipFile(wheel) as z:
+        with zipfile.ZipFile(wheel) as z:
             meta = next(n for n in z.namelist() if n.endswith(".dist-info/METADATA"))
             out += [line.split(":", 1)[1].strip() for line in z.read(meta).decode().splitlines()
                     if line.startswith("Requires-Dist:")]
