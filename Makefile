@@ -14,7 +14,7 @@ PYTEST_ARGS ?=
 TEST_WORKERS ?= $(shell n=$$(nproc 2>/dev/null || echo 1); [ $$n -gt 4 ] && n=4; echo $$n)
 XDIST = $(if $(filter 0,$(TEST_WORKERS)),,-n $(TEST_WORKERS) --dist loadfile)
 
-.PHONY: all venv demo test test-fast lint render clean help eval-venv lock image-cpu npu-stack
+.PHONY: all venv demo test test-fast lint render clean help eval-venv lock image-cpu image-ascend npu-stack
 
 help:
 	@echo "make demo   - tiny Qwen2 GRPO on CPU: model, data, train (Ray), merge, eval, report"
@@ -22,6 +22,7 @@ help:
 	@echo "make render - re-render compose/ and k8s/ from the recipes"
 	@echo "make venv   - only create $(VENV) with the pinned CPU environment"
 	@echo "make image-cpu - build the CPU image (Docker or podman) from configs/locks/cpu.txt"
+	@echo "make image-ascend - both Ascend images on a stand-in of the base image (no CANN; tests/containers/test_ascend_images.py)"
 	@echo "make npu-stack - the Ascend images' locked Python set in .venv-npu (tests/envs/test_npu_stack.py)"
 	@echo "make lock   - regenerate configs/locks/ (uv) from configs/versions.yaml and pyproject.toml"
 	@echo "make eval-venv - OpenCompass 0.5.4 in its own environment ($(EVAL_VENV)) for npu-rl eval --backend opencompass"
@@ -48,9 +49,14 @@ demo: $(STAMP)
 # image) one at a time: two verl runs on 2 cores take far longer than one after the other (measured:
 # the demo's run 1124 s beside the cluster runs against 249 s alone; the whole phase 2694 s against
 # about 1500 s). Both phases run; pytest's 5 (nothing selected) is no failure.
+# BESIDE_PHASE1: a command (a make target's set-up, mostly I/O) run beside the first phase, which the
+# second waits for; .ci/run builds the Ascend images this way.
+BESIDE_PHASE1 ?=
 test: $(STAMP)
 	@status=0; \
+	$(if $(BESIDE_PHASE1),( $(BESIDE_PHASE1) ) & beside=$$!;) \
 	$(BIN)/python -m pytest $(XDIST) -m "not e2e and not image" $(PYTEST_ARGS) || { r=$$?; [ $$r -eq 5 ] || status=$$r; }; \
+	$(if $(BESIDE_PHASE1),wait $$beside || { echo "make test: '$(BESIDE_PHASE1)' failed"; status=1; };) \
 	$(BIN)/python -m pytest -m "e2e or image" $(PYTEST_ARGS) || { r=$$?; [ $$r -eq 5 ] || status=$$r; }; \
 	exit $$status
 
@@ -80,6 +86,14 @@ $(EVAL_STAMP): $(LOCKS)/eval.txt
 # when there is no Docker; on a stand-in base when python:3.11-slim-bookworm cannot be pulled.
 image-cpu: $(STAMP)
 	$(BIN)/npu-rl image build --variant cpu
+
+# Both Ascend images (npu-rl:<version>-a2-standin, -a3-standin) from docker/Dockerfile on the stand-in
+# of the Ascend base image, made here first (its Python layer as its Dockerfile makes it, no CANN:
+# npu_rl.envs.ascend_base); the second chip reuses the first's layers. On an Atlas build host, build on
+# the real base instead: npu-rl image build --variant a2 (and a3).
+image-ascend: $(STAMP)
+	$(BIN)/npu-rl image build --variant a2 --stand-in
+	$(BIN)/npu-rl image build --variant a3 --stand-in
 
 # The Ascend images' Python set, built here as the images are built (tests/envs/test_npu_stack.py):
 # the base image's layer first, as its own Dockerfile makes it (torch, then vLLM's requirements,

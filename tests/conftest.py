@@ -92,6 +92,34 @@ def tiny_model(request):
     return make
 
 
+@pytest.fixture(scope="session")
+def deepseek_standin():
+    """``deepseek_standin(qwen, out)``: a DeepSeek-V3-architecture model dir at toy width in ``out``, with
+    the tokenizer of the tiny Qwen2 in ``qwen``, for rehearsals (which load no weights)."""
+
+    def make(qwen: Path, out: Path) -> Path:
+        """DeepSeek-V3's architecture at toy width: 61 layers, 256 routed experts, 3 dense layers, MLA."""
+        import torch
+        from safetensors.torch import save_file
+        from transformers import DeepseekV3Config
+
+        out.mkdir(parents=True)
+        for f in qwen.iterdir():
+            if f.name.startswith(("tokenizer", "special_tokens")):
+                shutil.copy(f, out / f.name)
+        cfg = DeepseekV3Config(vocab_size=512, hidden_size=64, intermediate_size=128, moe_intermediate_size=32,
+                               num_hidden_layers=61, num_attention_heads=4, num_key_value_heads=4, n_routed_experts=256,
+                               num_experts_per_tok=8, n_group=8, topk_group=4, q_lora_rank=32, kv_lora_rank=16,
+                               qk_rope_head_dim=8, qk_nope_head_dim=8, v_head_dim=8, first_k_dense_replace=3,
+                               architectures=["DeepseekV3ForCausalLM"])
+        cfg.save_pretrained(out)
+        # The rehearsal loads no weights, but the preflight wants a checkpoint file in the model dir.
+        save_file({"model.embed_tokens.weight": torch.zeros(cfg.vocab_size, cfg.hidden_size)}, out / "model.safetensors")
+        return out
+
+    return make
+
+
 NOTEBOOK = REPO / "notebooks" / "npu_rl_walkthrough.ipynb"
 NOTEBOOK_STEPS = 2
 

@@ -1,4 +1,4 @@
-"""`npu-rl image build [--variant a2|a3|cpu] [--target runtime|eval] [--tag T] [--base-image REF] [--push]`."""
+"""`npu-rl image build [--variant a2|a3|cpu] [--target runtime|eval] [--tag T] [--base-image REF | --stand-in] [--push]`."""
 
 from __future__ import annotations
 
@@ -22,6 +22,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     b.add_argument("--base-image", default=None,
                    help="image to build on (default: the pin; for the CPU image, a local stand-in made "
                         "with mmdebstrap when python:<version>-slim-bookworm cannot be pulled)")
+    b.add_argument("--stand-in", action="store_true",
+                   help="a2/a3: build on a stand-in of the base image made here (its Python layer, no CANN; "
+                        "tagged ...-standin): it rehearses to the device boundary, it cannot train on an NPU")
     b.add_argument("--no-cache", action="store_true", help="build every layer again")
     b.add_argument("--verbose", "-v", action="store_true", help="print every build output line")
     b.set_defaults(func=_build)
@@ -36,7 +39,7 @@ def _build(args: argparse.Namespace) -> int:
         with proctree.signals_raise():
             built = build_variant(args.variant, root=project_root(), target=args.target, tag=args.tag,
                                   push=args.push, host=args.host, nocache=args.no_cache, verbose=args.verbose,
-                                  base_image=args.base_image)
+                                  base_image=args.base_image, stand_in=args.stand_in)
     except proctree.Terminated as stop:
         return stop.exit_code
     print(f"built {built.tag} on {built.base}: {built.size_bytes / 1e9:.2f} GB in {built.seconds:.0f} s"

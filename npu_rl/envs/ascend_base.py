@@ -19,11 +19,14 @@ What the stand-in lacks, and where it differs (the one place this is stated):
   does everything that imports it (vllm-ascend's platform, its patches, its worker).
 * Without CANN, torch_npu's native library cannot load, and torch 2.5 loads every installed
   device backend when it is imported (its ``torch.backends`` entry points): ``import torch``
-  itself fails. The stand-in turns that off, ``TORCH_DEVICE_BACKEND_AUTOLOAD=0`` (:data:`STAND_IN_ENV`:
-  a ``.pth`` line in the venv, an ``ENV`` in a stand-in image); a real base image loads torch_npu.
-  transformers, vLLM and verl import torch_npu whenever it is installed, so what imports them
-  here does so with torch_npu hidden (``sys.modules["torch_npu"] = None``, what a host without it
-  sees) and without vllm-ascend's platform plugin (``VLLM_PLUGINS=""``): tests/envs/test_npu_stack.py.
+  itself fails. The stand-in turns that off, ``TORCH_DEVICE_BACKEND_AUTOLOAD=0``.
+  transformers, vLLM and verl import torch_npu whenever it is installed, so the stand-in also
+  hides it (``sys.modules["torch_npu"] = None``: what a host without torch_npu sees, so verl's
+  device is the CPU) and leaves vllm-ascend's platform plugin out (``VLLM_PLUGINS=""``). All
+  three are one ``.pth`` file (:func:`stand_in_pth`), in the venv and in the stand-in image's
+  site-packages, so every process has them; ``NPU_RL_STAND_IN_BOUNDARY=1`` leaves the last two
+  off to show where the real imports stop (tests/envs/test_npu_stack.py). A real base image
+  loads torch_npu.
 * torch: torch_npu 2.5.1.post1 for x86_64 requires ``torch==2.5.1+cpu``, which only PyTorch's
   own index serves (unreachable here). PyPI's torch 2.5.1 stands in, with the CUDA wheels
   and triton PyPI's build depends on, and ``pip check`` prints exactly that one line
@@ -55,8 +58,12 @@ from packaging.utils import canonicalize_name
 from .. import versions
 
 SIMPLE_INDEX = "https://pypi.org/simple"
-# What the stand-in sets because CANN is absent (module docstring).
+# What the stand-in sets because CANN is absent (module docstring): always, and unless BOUNDARY_ENV is set.
 STAND_IN_ENV = {"TORCH_DEVICE_BACKEND_AUTOLOAD": "0"}
+STAND_IN_HIDING_ENV = {"VLLM_PLUGINS": ""}
+HIDDEN_MODULES = ("torch_npu",)
+BOUNDARY_ENV = "NPU_RL_STAND_IN_BOUNDARY"
+PTH_NAME = "npu-rl-stand-in.pth"
 # torch_npu's x86_64 wheel pins the CPU build of torch, which PyPI does not carry (see above).
 EXPECTED_PIP_CHECK = re.compile(r"^torch-npu 2\.5\.1\.post1 has requirement torch==2\.5\.1\+cpu, "
                                 r"but you have torch 2\.5\.1\.$")
@@ -184,34 +191,81 @@ def _run(cmd: list[str], *, log, env: dict | None = None) -> None:
         raise RuntimeError(f"{' '.join(cmd[:4])} ... exited with {proc.returncode}")
 
 
-def build(venv: Path, *, log=print) -> None:
-    """Install the base image's Python layer into ``venv`` (made if missing), as its Dockerfile does."""
+def torch_pins() -> list[str]:
+    return [f"torch=={versions.get('ascend.torch')}", f"torchvision=={versions.get('ascend.torchvision')}"]
+
+
+def wheelhouse(*, log=print) -> Path:
+    """Every file the base image's Python layer installs, downloaded once into a folder of this machine's
+    cache: torch and torchvision with their dependencies, the npu-base lock (hash-checked) and vLLM's sdist.
+
+    ``make npu-stack`` installs .venv-npu from it, and the stand-in base image's build reads it over
+    127.0.0.1 (npu_rl.image.ascend_standin), so the two stand-ins install the same files. A folder per
+    set of inputs (the lock, the pins, this platform); a lock file keeps two builds from filling it at once.
+    """
+    import fcntl
+
     from . import locks
 
+    lock = locks.get("npu-base").path
+    key = hashlib.sha256("\n".join([lock.read_text(encoding="utf-8"), *torch_pins(), *sdist_pin(),
+                                     platform.machine(), platform.python_version()]).encode()).hexdigest()[:16]
+    folder = cache_dir().parent / "wheels" / f"ascend-base-{key}"
+    done = folder / ".complete"
+    folder.mkdir(parents=True, exist_ok=True)
+    with open(folder / ".lock", "w") as guard:
+        fcntl.flock(guard, fcntl.LOCK_EX)
+        if done.is_file():
+            return folder
+        download = [sys.executable, "-m", "pip", "download", "--progress-bar", "off", "--dest", str(folder)]
+        log(f"wheels: the base layer's files into {folder}")
+        _run(download + torch_pins(), log=log)
+        _run(download + ["--no-deps", "--require-hashes", "-r", str(lock)], log=log)
+        sdist = fetch_sdist(*sdist_pin(), log=log)
+        (folder / sdist.name).unlink(missing_ok=True)
+        (folder / sdist.name).symlink_to(sdist)
+        done.write_text("\n".join(sorted(p.name for p in folder.iterdir() if not p.name.startswith("."))) + "\n")
+    return folder
+
+
+def build(venv: Path, *, log=print) -> None:
+    """Install the base image's Python layer into ``venv`` (made if missing), as its Dockerfile does,
+    from the :func:`wheelhouse` (the stand-in base image installs the same files the same way:
+    docker/Dockerfile.ascend-standin)."""
+    from . import locks
+
+    files = wheelhouse(log=log)
     python = venv / "bin" / "python"
     if not python.is_file():
         _run([sys.executable, "-m", "venv", str(venv)], log=log)
-    pip = [str(python), "-m", "pip", "install", "--progress-bar", "off"]
-    _run(pip + ["-q", "--upgrade", "pip"], log=log)
+    _run([str(python), "-m", "pip", "install", "-q", "--upgrade", "pip"], log=log)
+    pip = [str(python), "-m", "pip", "install", "--progress-bar", "off", "--no-index", "--find-links", str(files)]
     log("[1/3] torch and torchvision, the base image's (PyPI's builds stand in)")
-    _run(pip + [f"torch=={versions.get('ascend.torch')}", f"torchvision=={versions.get('ascend.torchvision')}"],
-         log=log)
+    _run(pip + torch_pins(), log=log)
     log("[2/3] vLLM's requirements, vllm-ascend and torch_npu (configs/locks/npu-base.txt)")
     _run(pip + ["--no-deps", "--require-hashes", "-r", str(locks.get("npu-base").path)], log=log)
     _stand_in_pth(python, log=log)
     log("[3/3] vLLM from its sdist with VLLM_TARGET_DEVICE=empty, on the torch above")
-    sdist = fetch_sdist(*sdist_pin(), log=log)
-    _run(pip + ["--no-deps", "--no-build-isolation", str(sdist)], log=log,
+    name, version, _ = sdist_pin()
+    _run(pip + ["--no-deps", "--no-build-isolation", str(files / f"{name}-{version}.tar.gz")], log=log,
          env={"VLLM_TARGET_DEVICE": "empty", "MAX_JOBS": "1"})
 
 
+def stand_in_pth() -> str:
+    """The stand-in's one ``.pth`` line (module docstring): site runs it in every interpreter start."""
+    always = "".join(f"os.environ.setdefault({k!r}, {v!r}); " for k, v in STAND_IN_ENV.items())
+    hiding = [f"os.environ.setdefault({k!r}, {v!r})" for k, v in STAND_IN_HIDING_ENV.items()]
+    hiding += [f"sys.modules.setdefault({m!r}, None)" for m in HIDDEN_MODULES]
+    return f"import os, sys; {always}os.environ.get({BOUNDARY_ENV!r}) or ({', '.join(hiding)})\n"
+
+
 def _stand_in_pth(python: Path, *, log) -> None:
-    """:data:`STAND_IN_ENV` for every process of the venv, as a stand-in image's ``ENV`` would set it."""
+    """The stand-in's ``.pth`` in the venv, as the stand-in base image writes it into its site-packages."""
     site = subprocess.run([str(python), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
                           capture_output=True, text=True, check=True).stdout.strip()
-    lines = "".join(f"import os; os.environ.setdefault({k!r}, {v!r})\n" for k, v in STAND_IN_ENV.items())
-    (Path(site) / "npu-rl-stand-in.pth").write_text(lines, encoding="utf-8")
-    log(f"stand-in: {', '.join(f'{k}={v}' for k, v in STAND_IN_ENV.items())} (no CANN for torch_npu to load)")
+    (Path(site) / PTH_NAME).write_text(stand_in_pth(), encoding="utf-8")
+    log(f"stand-in: {', '.join(f'{k}={v!r}' for k, v in {**STAND_IN_ENV, **STAND_IN_HIDING_ENV}.items())}, "
+        f"{', '.join(HIDDEN_MODULES)} hidden (no CANN for torch_npu to load)")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -238,7 +292,14 @@ def main(argv: list[str] | None = None) -> int:
     if argv == ["sdist"]:
         print(fetch_sdist(*sdist_pin()))
         return 0
-    print("usage: python -m npu_rl.envs.ascend_base build VENV | pip-check | sdist", file=sys.stderr)
+    if argv == ["wheelhouse"]:
+        try:
+            print(wheelhouse(log=lambda line: print(line, file=sys.stderr)))
+        except (RuntimeError, OSError) as err:
+            print(f"npu-rl: error: {err}", file=sys.stderr)
+            return 1
+        return 0
+    print("usage: python -m npu_rl.envs.ascend_base build VENV | pip-check | sdist | wheelhouse", file=sys.stderr)
     return 2
 
 

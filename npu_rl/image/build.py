@@ -21,6 +21,7 @@ from typing import Any, Iterable, Iterator
 from ..envs import pipconf
 from ..envs.locks import LOCK_DIR
 from ..errors import UserError
+from . import ascend_standin, base_check
 from .base import ensure_base
 from .engine import DEFAULT_HOST, _one_line, docker_sdk, engine
 from .engine import connect as _connect
@@ -48,7 +49,7 @@ def serve_files(files: dict[str, Path]) -> Iterator[str | None]:
         for name, path in files.items():
             (Path(tmp) / name).symlink_to(path)
         handler = partial(_QuietHandler, directory=tmp)
-        server = ThreadingHTTPServer(("127.0.0.1", 0), handler)
+        server = _server(handler)
         thread = threading.Thread(target=server.serve_forever, daemon=True)
         thread.start()
         try:
@@ -56,6 +57,18 @@ def serve_files(files: dict[str, Path]) -> Iterator[str | None]:
         finally:
             server.shutdown()
             server.server_close()
+
+
+# The served URL is a build arg, and a build arg's value is part of the cache key of every RUN after it:
+# a fixed port keeps the layers reusable from one build to the next (any free port when it is taken).
+FILES_PORT = 38471
+
+
+def _server(handler: Any) -> ThreadingHTTPServer:
+    try:
+        return ThreadingHTTPServer(("127.0.0.1", FILES_PORT), handler)
+    except OSError:
+        return ThreadingHTTPServer(("127.0.0.1", 0), handler)
 
 
 class _QuietHandler(SimpleHTTPRequestHandler):
@@ -146,6 +159,23 @@ class Built:
     base: str
 
 
+def _present(client: Any, ref: str, *, log=print) -> str:
+    """``ref``, here or pulled; one line saying why not otherwise."""
+    docker = docker_sdk()
+    try:
+        client.images.get(ref)
+        return ref
+    except docker.errors.ImageNotFound:
+        pass
+    try:
+        log(f"base: pulling {ref}")
+        client.images.pull(ref)
+    except docker.errors.DockerException as err:
+        raise UserError(f"base image {ref} is not here and cannot be pulled ({_one_line(err)[:160]}); "
+                        "pass --base-image, or --stand-in to build on a stand-in made here") from None
+    return ref
+
+
 def build_variant(
     variant: str,
     *,
@@ -157,28 +187,41 @@ def build_variant(
     nocache: bool = False,
     verbose: bool = False,
     base_image: str | None = None,
+    stand_in: bool = False,
     log=print,
 ) -> Built:
     """``npu-rl image build``: build (and optionally push) one image variant.
 
     Builds run with host networking: that is how a podman build reaches PyPI here, and how
     it reads the wheels this machine's pip carries (served on 127.0.0.1 for the build).
+    An Ascend variant is built only on a base whose Python set is the pinned one
+    (:mod:`npu_rl.image.base_check`); ``stand_in`` builds it on the stand-in base
+    (:mod:`npu_rl.image.ascend_standin`), tagged ``...-standin``, without MindSpeed (gitee).
     """
     try:
         image = spec(variant, target)
     except ValueError as err:
         raise UserError(str(err)) from None
-    tag = tag or image.tag
+    if stand_in and (variant == "cpu" or base_image):
+        raise UserError("--stand-in is for the a2 and a3 variants, without --base-image")
+    tag = tag or image.tag + ("-standin" if stand_in else "")
     args = build_args(variant)
     start = time.monotonic()
     with engine(host) as eng:
         log(f"engine: {eng.name} at {eng.host}")
         if variant == "cpu":
             args["BASE_IMAGE"] = ensure_base(eng.client, base_image, log=log)
-        elif base_image:
-            args["BASE_IMAGE"] = base_image
+        else:
+            if stand_in:
+                args["BASE_IMAGE"] = ascend_standin.ensure(eng.client, root, verbose=verbose, log=log)
+                args["WITH_MINDSPEED"] = "0"
+            else:
+                args["BASE_IMAGE"] = _present(eng.client, base_image or args["BASE_IMAGE"], log=log)
+            found = base_check.check(eng.client, args["BASE_IMAGE"])
+            log(f"base: {args['BASE_IMAGE']} has the pinned Python set (Python {found['python']}, "
+                f"{len(found['dists'])} distributions)")
         wheels = local_torch_wheels(root) if variant == "cpu" else []
-        cert = pipconf.cert_file() if variant == "cpu" else None
+        cert = pipconf.cert_file()
         files = {w.name: w for w in wheels} | ({CERT_NAME: cert} if cert else {})
         with serve_files(files) as url:
             if wheels:

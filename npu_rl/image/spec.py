@@ -12,7 +12,7 @@ from .. import __version__, versions
 
 VARIANTS = ("a2", "a3", "cpu")
 # Build args a builder may add that are no version (left empty, the Dockerfile does without).
-OPTIONAL_ARGS = ("PIP_FIND_LINKS", "PIP_CERT_URL")
+OPTIONAL_ARGS = {"cpu": ("PIP_FIND_LINKS", "PIP_CERT_URL"), "ascend": ("PIP_CERT_URL",)}
 # Stages of docker/Dockerfile: `runtime` trains, `eval` adds OpenCompass on top.
 ASCEND_TARGETS = ("runtime", "eval")
 

@@ -100,6 +100,15 @@ def _image_fix(ctx: _Context) -> str:
     return f"rebuild the image with `npu-rl image build --variant {variant}` (versions come from configs/versions.yaml)"
 
 
+def _stand_in() -> str | None:
+    """What a stand-in image lacks (``NPU_RL_STAND_IN``, set by its base), or None on a real one."""
+    return os.environ.get(cann.STAND_IN_ENV) or None
+
+
+STAND_IN_FIX = ("this image is built on the stand-in base and can only rehearse (`npu-rl train --rehearse`); "
+                "build on the Ascend base image to train")
+
+
 def check_verl(ctx: _Context) -> CheckResult:
     pin = str(versions.get("verl.version"))
     try:
@@ -120,6 +129,8 @@ def check_torch_npu(ctx: _Context) -> CheckResult:
     # Ascend publishes post releases (2.5.1.post1) of the pinned torch version.
     if have != pin and not have.startswith(pin + "."):
         return _fail("torch_npu", f"{have}, pin is {pin}", _image_fix(ctx))
+    if _stand_in():
+        return _fail("torch_npu", f"{have} installed but hidden: without CANN it cannot load", STAND_IN_FIX)
     return _ok("torch_npu", have)
 
 
@@ -128,6 +139,8 @@ def check_cann(ctx: _Context) -> CheckResult:
     have = cann.toolkit_version(ctx.host.ascend_root)
     where = ctx.host.ascend_root / "ascend-toolkit"
     if have is None:
+        if _stand_in():
+            return _fail("CANN", f"no toolkit under {where}: {_stand_in()}", STAND_IN_FIX)
         return _fail("CANN", f"no toolkit under {where}", _image_fix(ctx))
     if not cann.same_version(have, pin):
         return _fail("CANN", f"{have}, pin is {pin}", _image_fix(ctx))

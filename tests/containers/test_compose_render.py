@@ -66,8 +66,8 @@ def test_docker_compose_config_accepts_it(require):
 
 
 def test_services(compose):
-    assert set(compose["services"]) == {"prepare", "train-qwen", "merge", "eval", "tensorboard", "swanlab",
-                                        "notebook", "cpu-demo", "cpu-notebook"}
+    assert set(compose["services"]) == {"prepare", "train-qwen", "rehearse-qwen", "merge", "eval", "tensorboard",
+                                        "swanlab", "notebook", "cpu-demo", "cpu-notebook"}
     assert compose["services"]["cpu-demo"]["profiles"] == ["cpu"]
     assert compose["services"]["cpu-notebook"]["profiles"] == ["cpu"]
     # Both notebook services open the shipped notebooks from the checkout.
@@ -90,6 +90,16 @@ def test_no_service_is_privileged_and_npu_access_is_explicit(compose):
         else:
             assert devices == [], name
         assert "/dev:/dev" not in svc.get("volumes", [])
+
+
+def test_rehearse_qwen_is_train_qwen_with_rehearse_and_without_an_npu(compose):
+    train, rehearse = compose["services"]["train-qwen"], compose["services"]["rehearse-qwen"]
+    assert rehearse["profiles"] == ["rehearse"]
+    assert sorted(rehearse["command"]) == sorted(train["command"] + ["--rehearse"])
+    assert rehearse["command"][:4] == train["command"][:4]
+    for key in ("image", "build", "depends_on", "shm_size", "init"):
+        assert rehearse[key] == train[key], key
+    assert rehearse["volumes"] == [v for v in train["volumes"] if v.endswith(":/workspace")]
 
 
 def test_one_shot_jobs_do_not_restart(compose):
@@ -131,7 +141,7 @@ def test_env_example_documents_every_variable():
 def test_npu_rl_commands_are_valid_cli_calls(compose):
     parser = build_parser()
     calls = [svc["command"] for svc in compose["services"].values() if svc.get("command", [""])[0] == "npu-rl"]
-    assert len(calls) == 6  # prepare, train, merge, eval, and the two dashboards
+    assert len(calls) == 7  # prepare, train, its rehearsal, merge, eval, and the two dashboards
     for cmd in calls:
         args = parser.parse_args(cmd[1:])
         if args.recipe:

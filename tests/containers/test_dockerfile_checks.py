@@ -9,6 +9,7 @@ from npu_rl.image.spec import OPTIONAL_ARGS, build_args, spec
 
 REPO = Path(__file__).resolve().parents[2]
 DOCKERFILES = {"a2": REPO / "docker" / "Dockerfile", "cpu": REPO / "docker" / "Dockerfile.cpu"}
+STANDIN = REPO / "docker" / "Dockerfile.ascend-standin"
 
 
 def _instructions(path: Path) -> list[str]:
@@ -35,7 +36,7 @@ def _args(path: Path) -> dict[str, str | None]:
     return found
 
 
-@pytest.mark.parametrize("dockerfile", sorted(DOCKERFILES.values()), ids=lambda p: p.name)
+@pytest.mark.parametrize("dockerfile", sorted([*DOCKERFILES.values(), STANDIN]), ids=lambda p: p.name)
 def test_hadolint_passes(dockerfile, require):
     hadolint = require("hadolint")
     out = subprocess.run([hadolint, "--no-color", str(dockerfile)], capture_output=True, text=True, timeout=60)
@@ -64,7 +65,7 @@ def test_every_hadolint_ignore_is_needed(tmp_path, require):
 def test_build_args_match_the_dockerfile_args(variant):
     # Every version arrives as a build arg; none is declared but not passed, or passed but unused.
     path = DOCKERFILES["cpu" if variant == "cpu" else "a2"]
-    optional = set(OPTIONAL_ARGS) if variant == "cpu" else set()
+    optional = set(OPTIONAL_ARGS["cpu" if variant == "cpu" else "ascend"])
     assert set(_args(path)) == set(build_args(variant)) | optional
 
 

@@ -98,3 +98,25 @@ def test_runs_standalone_as_in_the_image_build(tmp_path):
                          cwd=tmp_path)
     assert bad.returncode == 1
     assert bad.stderr.startswith("cann: error:") and len(bad.stderr.strip().splitlines()) == 1
+
+
+@pytest.mark.parametrize("stand_in", ["", "stand-in base: no CANN"])
+def test_only_a_declared_stand_in_base_builds_without_any_cann(tmp_path, stand_in):
+    """No CANN at all passes only where the base says it is the stand-in; a wrong toolkit never does."""
+    script = tmp_path / "cann.py"
+    script.write_text(Path(cann.__file__).read_text())
+    env = {"PATH": "/usr/bin:/bin", cann.STAND_IN_ENV: stand_in}
+
+    def ensure(root: Path) -> subprocess.CompletedProcess:
+        return subprocess.run([sys.executable, "-I", str(script), "ensure", "--version", "8.2.RC1", "--chip", "a3",
+                               "--packages", str(tmp_path), "--root", str(root)], capture_output=True, text=True,
+                              env=env)
+
+    empty = ensure(tmp_path / "none")
+    if stand_in:
+        assert empty.returncode == 0, empty.stderr
+        assert empty.stdout.strip() == f"cann: no CANN, and none installed: {stand_in}"
+    else:
+        assert empty.returncode == 1 and "needs toolkit, kernels, nnal" in empty.stderr
+    other = ensure(_toolkit(tmp_path / "Ascend", "8.1.RC1"))
+    assert other.returncode == 1 and "base image has toolkit 8.1.RC1" in other.stderr

@@ -54,6 +54,22 @@ def test_cann_mismatch_fails_with_a_one_line_fix(fake_host, ready_workspace, npu
     assert "npu-rl image build --variant a2" in message and "\n" not in message
 
 
+def test_an_image_on_the_stand_in_base_says_it_can_only_rehearse(fake_host, ready_workspace, npu_image,
+                                                                 monkeypatch):
+    from npu_rl.platform import cann
+
+    host = fake_host(cann=None).host()
+    real = _by_name(doctor.run_checks(load_recipe(A2_1CARD), "train", host=host))
+    assert real["torch_npu"].status == "ok" and "npu-rl image build --variant a2" in real["CANN"].fix
+    monkeypatch.setenv(cann.STAND_IN_ENV, "stand-in base: no CANN")
+    results = _by_name(doctor.run_checks(load_recipe(A2_1CARD), "train", host=host))
+    assert results["torch_npu"].status == "fail" and "hidden" in results["torch_npu"].detail
+    assert results["CANN"].detail.endswith(": stand-in base: no CANN")
+    with pytest.raises(UserError) as err:
+        doctor.preflight(load_recipe(A2_1CARD), for_job="train", host=host)
+    assert "npu-rl train --rehearse" in str(err.value) and "\n" not in str(err.value)
+
+
 def test_missing_driver_and_control_nodes_are_reported(fake_host, ready_workspace, npu_image):
     fh = fake_host(driver=None)
     (fh.dev / "hisi_hdc").unlink()

@@ -26,10 +26,11 @@ VENV = REPO / ".venv-npu"
 pytestmark = pytest.mark.slow
 
 # Without CANN, torch_npu's native library cannot load, and transformers, vLLM and verl import it
-# whenever it is installed: the composing probe hides it (None in sys.modules: what a host without
-# torch_npu sees) and leaves vllm-ascend's platform plugin out (VLLM_PLUGINS), and BOUNDARY shows what
-# fails without the hiding, and why (npu_rl.envs.ascend_base states this difference of the stand-in).
-HIDE = {"VLLM_PLUGINS": ""}
+# whenever it is installed: the stand-in's .pth hides it (None in sys.modules: what a host without
+# torch_npu sees) and leaves vllm-ascend's platform plugin out (VLLM_PLUGINS), which PROBE relies on,
+# and BOUNDARY shows what fails without the hiding, and why (npu_rl.envs.ascend_base states this
+# difference of the stand-in).
+from npu_rl.envs.ascend_base import BOUNDARY_ENV  # noqa: E402
 BOUNDARY = r"""
 import importlib, json, sys
 from importlib import metadata
@@ -50,11 +51,11 @@ NEEDS_CANN = ("torch_npu", "vllm", "vllm_ascend.patch.platform.patch_0_9_1.patch
 
 PROBE = r"""
 import importlib, importlib.metadata, json, os, sys
-sys.modules["torch_npu"] = None  # HIDE: see above
+out = {"hidden": sys.modules.get("torch_npu", "absent") is None, "plugins": os.environ.get("VLLM_PLUGINS")}
 import numpy, pyarrow, pyarrow.parquet as pq, datasets, transformers, ray, torch, verl
 from npu_rl.envs import locks
 
-out = {"versions": {m.__name__: m.__version__ for m in (numpy, pyarrow, datasets, transformers, ray, torch, verl)}}
+out["versions"] = {m.__name__: m.__version__ for m in (numpy, pyarrow, datasets, transformers, ray, torch, verl)}
 # numpy and pyarrow together: a table through parquet and back to numpy.
 table = pyarrow.table({"x": numpy.arange(4)})
 pq.write_table(table, sys.argv[1])
@@ -128,16 +129,18 @@ def test_npu_lock_installs_imports_and_composes(tmp_path):
     # that imports it (vLLM, vllm-ascend's platform and patches, verl), stop at CANN's libraries only.
     for mod in NEEDS_CANN:
         boundary = subprocess.run([str(python), "-c", BOUNDARY, mod], capture_output=True, text=True, timeout=600,
-                                  cwd=REPO)
+                                  cwd=REPO, env={**os.environ, BOUNDARY_ENV: "1"})
         assert boundary.returncode == 0, boundary.stderr[-3000:]
         edge = json.loads(boundary.stdout.split("RESULT ", 1)[1])
         assert edge["plugins"] == ["ascend=vllm_ascend:register"]
         assert edge["register"] == "vllm_ascend.platform.NPUPlatform"
         assert "ImportError" in edge["import"] and re.search(r"lib\w+\.so", edge["import"]), (mod, edge["import"])
     run = subprocess.run([str(python), "-c", PROBE, str(tmp_path / "t.parquet")], capture_output=True, text=True,
-                         timeout=600, cwd=REPO, env={**os.environ, **HIDE, "PYTHONPATH": str(REPO)})
+                         timeout=600, cwd=REPO, env={**os.environ, "PYTHONPATH": str(REPO)})
     assert run.returncode == 0, run.stderr[-3000:]
     result = json.loads(run.stdout.split("RESULT ", 1)[1])
+    # The stand-in's own .pth did the hiding, before any import of the probe's.
+    assert result["hidden"] is True and result["plugins"] == ""
     from npu_rl import versions
 
     assert result["versions"]["torch"].startswith(str(versions.get("ascend.torch")))

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -30,28 +29,8 @@ RECIPES = sorted(p.stem for p in recipes_dir().glob("*.yaml"))
 MODEL = {"deepseek_r1_671b_a3": "models/tiny-dsv3"}
 
 
-def _deepseek_standin(qwen: Path, out: Path) -> None:
-    """DeepSeek-V3's architecture at toy width: 61 layers, 256 routed experts, 3 dense layers, MLA."""
-    import torch
-    from safetensors.torch import save_file
-    from transformers import DeepseekV3Config
-
-    out.mkdir(parents=True)
-    for f in qwen.iterdir():
-        if f.name.startswith(("tokenizer", "special_tokens")):
-            shutil.copy(f, out / f.name)
-    cfg = DeepseekV3Config(vocab_size=512, hidden_size=64, intermediate_size=128, moe_intermediate_size=32,
-                           num_hidden_layers=61, num_attention_heads=4, num_key_value_heads=4, n_routed_experts=256,
-                           num_experts_per_tok=8, n_group=8, topk_group=4, q_lora_rank=32, kv_lora_rank=16,
-                           qk_rope_head_dim=8, qk_nope_head_dim=8, v_head_dim=8, first_k_dense_replace=3,
-                           architectures=["DeepseekV3ForCausalLM"])
-    cfg.save_pretrained(out)
-    # The rehearsal loads no weights, but the preflight wants a checkpoint file in the model dir.
-    save_file({"model.embed_tokens.weight": torch.zeros(cfg.vocab_size, cfg.hidden_size)}, out / "model.safetensors")
-
-
 @pytest.fixture(scope="module")
-def workspace(tmp_path_factory, tiny_model):
+def workspace(tmp_path_factory, tiny_model, deepseek_standin):
     ws = tmp_path_factory.mktemp("rehearse")
     old = os.environ.get("NPU_RL_WORKSPACE")
     os.environ["NPU_RL_WORKSPACE"] = str(ws)
@@ -62,7 +41,7 @@ def workspace(tmp_path_factory, tiny_model):
         os.environ.pop("NPU_RL_WORKSPACE") if old is None else os.environ.__setitem__("NPU_RL_WORKSPACE", old)
     train = pq.read_table(ws / "data/sample/train.parquet")
     pq.write_table(pa.concat_tables([train, train]), ws / "data/sample/train-512.parquet")  # DeepSeek's batch
-    _deepseek_standin(ws / "models/tiny-qwen2", ws / "models/tiny-dsv3")
+    deepseek_standin(ws / "models/tiny-qwen2", ws / "models/tiny-dsv3")
     return ws
 
 

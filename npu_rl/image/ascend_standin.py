@@ -1,0 +1,69 @@
+"""The stand-in Ascend base image: ``ascend.base_image``'s Python layer without CANN, built here.
+
+A machine that cannot pull ``quay.io/ascend/vllm-ascend`` (no registry, or no licence for CANN)
+can still build both Ascend variants and rehearse them up to the device boundary on this
+stand-in: docker/Dockerfile.ascend-standin on the Debian Python 3.11 base the CPU image uses
+(:mod:`npu_rl.image.base`), installing the files of :func:`npu_rl.envs.ascend_base.wheelhouse`,
+which this module serves to the build on 127.0.0.1. What the stand-in lacks is stated in
+:mod:`npu_rl.envs.ascend_base`; the image carries that sentence as ``NPU_RL_STAND_IN``, which
+``cann.py ensure`` reads to let the build go on without CANN.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from .. import versions
+from ..envs import ascend_base
+from ..errors import UserError
+from .base import ensure_base
+from .engine import docker_sdk
+
+DOCKERFILE = "docker/Dockerfile.ascend-standin"
+NOTE = ("stand-in base: the Python layer of {base} without CANN, the NPU kernels or torch_npu's native "
+        "library (torch_npu hidden); it rehearses up to the device boundary and cannot train on an NPU")
+
+
+def tag() -> str:
+    return f"localhost/npu-rl-ascend-base:vllm-ascend{versions.get('ascend.vllm_ascend')}-standin"
+
+
+def note() -> str:
+    return NOTE.format(base=versions.get("ascend.base_image"))
+
+
+def build_args(wheels_url: str, debian_base: str) -> dict[str, str]:
+    return {
+        "BASE_IMAGE": debian_base,
+        "WHEELS_URL": wheels_url,
+        "TORCH_VERSION": str(versions.get("ascend.torch")),
+        "TORCHVISION_VERSION": str(versions.get("ascend.torchvision")),
+        "VLLM_VERSION": str(versions.get("ascend.vllm")),
+        "VLLM_ASCEND_VERSION": str(versions.get("ascend.vllm_ascend")),
+        "STAND_IN_PTH": ascend_base.stand_in_pth().strip(),
+        "STAND_IN_NOTE": note(),
+    }
+
+
+def ensure(client: Any, root: Path, *, verbose: bool = False, log=print) -> str:
+    """The stand-in's tag, built first when this engine does not have it."""
+    from .build import build_image, serve_files
+
+    ref = tag()
+    try:
+        client.images.get(ref)
+        return ref
+    except docker_sdk().errors.ImageNotFound:
+        pass
+    debian = ensure_base(client, None, log=log)
+    try:
+        files = ascend_base.wheelhouse(log=log)
+    except (RuntimeError, OSError) as err:
+        raise UserError(f"the stand-in base's files could not be fetched: {err}") from None
+    log(f"base: building {ref} on {debian} ({DOCKERFILE})")
+    with serve_files({p.name: p for p in sorted(files.iterdir()) if not p.name.startswith(".")}) as url:
+        assert url is not None
+        build_image(client, context=root, dockerfile=DOCKERFILE, tag=ref, buildargs=build_args(url, debian),
+                    verbose=verbose, network_mode="host")
+    return ref

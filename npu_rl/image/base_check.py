@@ -1,0 +1,91 @@
+"""Whether an Ascend base image carries the Python set the pins were made for, asked before building.
+
+docker/Dockerfile installs configs/locks/npu.txt with ``--no-deps`` over the base image's packages;
+that lock was resolved against the pinned torch, torchvision, torch_npu, vLLM and vllm-ascend on the
+pinned Python (configs/locks/npu-base.txt). On a base with another of these the image would build
+and then fail at run time, or at best at the strict ``pip check`` after minutes of downloads, so
+``npu-rl image build`` reads the base's installed distributions first (one short container) and
+refuses with the first mismatch.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from packaging.utils import canonicalize_name
+from packaging.version import InvalidVersion, Version
+
+from .. import versions
+from ..errors import UserError
+from .engine import _one_line, docker_sdk
+
+# Run with the base's own python3: its version and every installed distribution's.
+PROBE = ("import importlib.metadata as m, json, sys; print(json.dumps({'python': '%d.%d' % sys.version_info[:2], "
+         "'dists': {d.metadata['Name']: d.version for d in m.distributions() if d.metadata['Name']}}))")
+
+# Distribution, pin key, whether a post release of the pin matches (Ascend publishes torch_npu
+# 2.5.1.post1 for the pin 2.5.1). Local labels (+cpu, +empty) never count.
+PINNED = (
+    ("torch", "ascend.torch", False),
+    ("torchvision", "ascend.torchvision", False),
+    ("torch-npu", "ascend.torch_npu", True),
+    ("vllm", "ascend.vllm", False),
+    ("vllm-ascend", "ascend.vllm_ascend", True),
+)
+
+
+def _matches(found: str, pin: str, post: bool) -> bool:
+    try:
+        have, want = Version(found), Version(pin)
+    except InvalidVersion:
+        return False
+    if have.release != want.release or have.pre != want.pre or have.dev != want.dev:
+        return False
+    return post or have.post == want.post
+
+
+def mismatches(found: dict[str, Any], pins: dict[str, Any] | None = None) -> list[str]:
+    """What in ``found`` (the probe's answer) differs from the pins, in the order of :data:`PINNED`."""
+    python = str(versions.get("common.python", pins))
+    out = []
+    if found.get("python") != python:
+        out.append(f"Python {found.get('python')}, the pins want {python} (common.python)")
+    dists = {canonicalize_name(k): v for k, v in (found.get("dists") or {}).items()}
+    for name, key, post in PINNED:
+        pin = str(versions.get(key, pins))
+        have = dists.get(name)
+        if have is None:
+            out.append(f"no {name}, the pins want {pin} ({key})")
+        elif not _matches(have, pin, post):
+            out.append(f"{name} {have}, the pins want {pin} ({key})")
+    return out
+
+
+def python_set(client: Any, ref: str) -> dict[str, Any]:
+    """The base's Python version and installed distributions, from a container without network."""
+    docker = docker_sdk()
+    try:
+        out = client.containers.run(ref, ["-c", PROBE], entrypoint="python3", remove=True, network_mode="none",
+                                    stdout=True, stderr=True)
+    except docker.errors.ContainerError as err:
+        raise UserError(f"base image {ref}: python3 -c failed in it, so its Python set cannot be checked "
+                        f"({_one_line(err)[:200]})") from None
+    except docker.errors.APIError as err:
+        raise UserError(f"base image {ref}: cannot run it to read its Python set ({_one_line(err)[:200]})") from None
+    text = out.decode("utf-8", errors="replace") if isinstance(out, bytes) else str(out)
+    try:
+        return json.loads(text.strip().splitlines()[-1])
+    except (ValueError, IndexError):
+        raise UserError(f"base image {ref}: unreadable answer to the Python set probe: {text[-200:]!r}") from None
+
+
+def check(client: Any, ref: str) -> dict[str, Any]:
+    """Refuse ``ref`` (UserError, one line) when its Python set is not the pinned one; its set otherwise."""
+    found = python_set(client, ref)
+    wrong = mismatches(found)
+    if wrong:
+        more = f" (and {len(wrong) - 1} more: {'; '.join(wrong[1:])})" if len(wrong) > 1 else ""
+        raise UserError(f"base image {ref} has {wrong[0]}{more}: configs/locks/npu.txt was resolved for the "
+                        f"pinned set, build on {versions.get('ascend.base_image')} or pass --stand-in")
+    return found
