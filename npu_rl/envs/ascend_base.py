@@ -45,6 +45,7 @@ import json
 import os
 import platform
 import re
+import shutil
 import subprocess
 import sys
 import tarfile
@@ -58,9 +59,10 @@ from packaging.utils import canonicalize_name
 from .. import versions
 
 SIMPLE_INDEX = "https://pypi.org/simple"
-# What the stand-in sets because CANN is absent (module docstring): always, and unless BOUNDARY_ENV is set.
-STAND_IN_ENV = {"TORCH_DEVICE_BACKEND_AUTOLOAD": "0"}
-STAND_IN_HIDING_ENV = {"VLLM_PLUGINS": ""}
+# What the stand-in sets because CANN is absent (module docstring): always; and, unless BOUNDARY_ENV is 1,
+# what hides torch_npu.
+ALWAYS_ENV = {"TORCH_DEVICE_BACKEND_AUTOLOAD": "0"}
+HIDING_ENV = {"VLLM_PLUGINS": ""}
 HIDDEN_MODULES = ("torch_npu",)
 BOUNDARY_ENV = "NPU_RL_STAND_IN_BOUNDARY"
 PTH_NAME = "npu-rl-stand-in.pth"
@@ -207,6 +209,11 @@ def wheelhouse(*, log=print) -> Path:
 
     from . import locks
 
+    python = str(versions.get("common.python"))
+    if "%d.%d" % sys.version_info[:2] != python:
+        # pip downloads for the interpreter it runs in; the base image's is the pinned one.
+        raise RuntimeError(f"the base layer's files are fetched with Python {python} (common.python), "
+                           f"this is {platform.python_version()}")
     lock = locks.get("npu-base").path
     key = hashlib.sha256("\n".join([lock.read_text(encoding="utf-8"), *torch_pins(), *sdist_pin(),
                                      platform.machine(), platform.python_version()]).encode()).hexdigest()[:16]
@@ -222,8 +229,8 @@ def wheelhouse(*, log=print) -> Path:
         _run(download + torch_pins(), log=log)
         _run(download + ["--no-deps", "--require-hashes", "-r", str(lock)], log=log)
         sdist = fetch_sdist(*sdist_pin(), log=log)
-        (folder / sdist.name).unlink(missing_ok=True)
-        (folder / sdist.name).symlink_to(sdist)
+        # A copy, not a link: the folder stays whole when the sdist cache is cleaned.
+        shutil.copyfile(sdist, folder / sdist.name)
         done.write_text("\n".join(sorted(p.name for p in folder.iterdir() if not p.name.startswith("."))) + "\n")
     return folder
 
@@ -253,10 +260,10 @@ def build(venv: Path, *, log=print) -> None:
 
 def stand_in_pth() -> str:
     """The stand-in's one ``.pth`` line (module docstring): site runs it in every interpreter start."""
-    always = "".join(f"os.environ.setdefault({k!r}, {v!r}); " for k, v in STAND_IN_ENV.items())
-    hiding = [f"os.environ.setdefault({k!r}, {v!r})" for k, v in STAND_IN_HIDING_ENV.items()]
+    always = "".join(f"os.environ.setdefault({k!r}, {v!r}); " for k, v in ALWAYS_ENV.items())
+    hiding = [f"os.environ.setdefault({k!r}, {v!r})" for k, v in HIDING_ENV.items()]
     hiding += [f"sys.modules.setdefault({m!r}, None)" for m in HIDDEN_MODULES]
-    return f"import os, sys; {always}os.environ.get({BOUNDARY_ENV!r}) or ({', '.join(hiding)})\n"
+    return f"import os, sys; {always}os.environ.get({BOUNDARY_ENV!r}) == '1' or ({', '.join(hiding)})\n"
 
 
 def _stand_in_pth(python: Path, *, log) -> None:
@@ -264,7 +271,7 @@ def _stand_in_pth(python: Path, *, log) -> None:
     site = subprocess.run([str(python), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
                           capture_output=True, text=True, check=True).stdout.strip()
     (Path(site) / PTH_NAME).write_text(stand_in_pth(), encoding="utf-8")
-    log(f"stand-in: {', '.join(f'{k}={v!r}' for k, v in {**STAND_IN_ENV, **STAND_IN_HIDING_ENV}.items())}, "
+    log(f"stand-in: {', '.join(f'{k}={v!r}' for k, v in {**ALWAYS_ENV, **HIDING_ENV}.items())}, "
         f"{', '.join(HIDDEN_MODULES)} hidden (no CANN for torch_npu to load)")
 
 

@@ -18,7 +18,6 @@ from .. import versions
 from ..envs import ascend_base
 from ..errors import UserError
 from .base import ensure_base
-from .engine import docker_sdk
 
 DOCKERFILE = "docker/Dockerfile.ascend-standin"
 NOTE = ("stand-in base: the Python layer of {base} without CANN, the NPU kernels or torch_npu's native "
@@ -40,22 +39,19 @@ def build_args(wheels_url: str, debian_base: str) -> dict[str, str]:
         "TORCH_VERSION": str(versions.get("ascend.torch")),
         "TORCHVISION_VERSION": str(versions.get("ascend.torchvision")),
         "VLLM_VERSION": str(versions.get("ascend.vllm")),
-        "VLLM_ASCEND_VERSION": str(versions.get("ascend.vllm_ascend")),
+        "BASE_NAME": str(versions.get("ascend.base_image")),
         "STAND_IN_PTH": ascend_base.stand_in_pth().strip(),
         "STAND_IN_NOTE": note(),
     }
 
 
-def ensure(client: Any, root: Path, *, verbose: bool = False, log=print) -> str:
-    """The stand-in's tag, built first when this engine does not have it."""
+def ensure(client: Any, root: Path, *, nocache: bool = False, verbose: bool = False, log=print) -> str:
+    """The stand-in's tag, built (again) every time: its layers are cached, so a build whose inputs (the
+    lock, the pins, the .pth line, the Dockerfile) are unchanged takes seconds, and one whose inputs
+    changed is never served an old base."""
     from .build import build_image, serve_files
 
     ref = tag()
-    try:
-        client.images.get(ref)
-        return ref
-    except docker_sdk().errors.ImageNotFound:
-        pass
     debian = ensure_base(client, None, log=log)
     try:
         files = ascend_base.wheelhouse(log=log)
@@ -65,5 +61,5 @@ def ensure(client: Any, root: Path, *, verbose: bool = False, log=print) -> str:
     with serve_files({p.name: p for p in sorted(files.iterdir()) if not p.name.startswith(".")}) as url:
         assert url is not None
         build_image(client, context=root, dockerfile=DOCKERFILE, tag=ref, buildargs=build_args(url, debian),
-                    verbose=verbose, network_mode="host")
+                    nocache=nocache, verbose=verbose, network_mode="host")
     return ref

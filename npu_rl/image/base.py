@@ -48,7 +48,7 @@ def mmdebstrap_command(tarball: Path) -> list[str]:
     return [*cmd, SUITE, str(tarball)]
 
 
-def _exists(client: Any, ref: str) -> bool:
+def image_exists(client: Any, ref: str) -> bool:
     docker = docker_sdk()
     try:
         client.images.get(ref)
@@ -100,7 +100,7 @@ def ensure_base(client: Any, ref: str | None, *, log=print) -> str:
     for the default only, the stand-in when it cannot be pulled."""
     docker = docker_sdk()
     wanted = ref or default_base()
-    if _exists(client, wanted):
+    if image_exists(client, wanted):
         return wanted
     try:
         log(f"base: pulling {wanted}")
@@ -112,4 +112,4 @@ def ensure_base(client: Any, ref: str | None, *, log=print) -> str:
         raise UserError(f"cannot pull base image {ref}: {reason}")
     log(f"base: cannot pull {wanted} ({reason[:120]})")
     tag = standin_tag()
-    return tag if _exists(client, tag) else make_standin(client, log=log)
+    return tag if image_exists(client, tag) else make_standin(client, log=log)

@@ -21,11 +21,14 @@ from ..errors import UserError
 from .engine import _one_line, docker_sdk
 
 # Run with the base's own python3: its version and every installed distribution's.
-PROBE = ("import importlib.metadata as m, json, sys; print(json.dumps({'python': '%d.%d' % sys.version_info[:2], "
-         "'dists': {d.metadata['Name']: d.version for d in m.distributions() if d.metadata['Name']}}))")
+# The first of two copies of a distribution on sys.path is the one imported: it is the one kept.
+PROBE = ("import importlib.metadata as m, json, sys; d = {}; "
+         "[d.setdefault(x.metadata['Name'], x.version) for x in m.distributions() if x.metadata['Name']]; "
+         "print(json.dumps({'python': '%d.%d' % sys.version_info[:2], 'dists': d}))")
 
-# Distribution, pin key, whether a post release of the pin matches (Ascend publishes torch_npu
-# 2.5.1.post1 for the pin 2.5.1). Local labels (+cpu, +empty) never count.
+# Distribution, pin key, whether a later post release of the pin matches (Ascend publishes torch_npu
+# 2.5.1.post1 for the pin 2.5.1). Local labels never count: the base's torch is 2.5.1+cpu, its vLLM
+# 0.9.1+empty.
 PINNED = (
     ("torch", "ascend.torch", False),
     ("torchvision", "ascend.torchvision", False),
@@ -40,9 +43,9 @@ def _matches(found: str, pin: str, post: bool) -> bool:
         have, want = Version(found), Version(pin)
     except InvalidVersion:
         return False
-    if have.release != want.release or have.pre != want.pre or have.dev != want.dev:
+    if (have.epoch, have.release, have.pre, have.dev) != (want.epoch, want.release, want.pre, want.dev):
         return False
-    return post or have.post == want.post
+    return (have.post or 0) >= (want.post or 0) if post else have.post == want.post
 
 
 def mismatches(found: dict[str, Any], pins: dict[str, Any] | None = None) -> list[str]:
@@ -67,7 +70,7 @@ def python_set(client: Any, ref: str) -> dict[str, Any]:
     docker = docker_sdk()
     try:
         out = client.containers.run(ref, ["-c", PROBE], entrypoint="python3", remove=True, network_mode="none",
-                                    stdout=True, stderr=True)
+                                    stdout=True, stderr=False)
     except docker.errors.ContainerError as err:
         raise UserError(f"base image {ref}: python3 -c failed in it, so its Python set cannot be checked "
                         f"({_one_line(err)[:200]})") from None

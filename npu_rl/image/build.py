@@ -22,7 +22,7 @@ from ..envs import pipconf
 from ..envs.locks import LOCK_DIR
 from ..errors import UserError
 from . import ascend_standin, base_check
-from .base import ensure_base
+from .base import ensure_base, image_exists
 from .engine import DEFAULT_HOST, _one_line, docker_sdk, engine
 from .engine import connect as _connect
 from .progress import Display, parse_chunk
@@ -67,7 +67,9 @@ FILES_PORT = 38471
 def _server(handler: Any) -> ThreadingHTTPServer:
     try:
         return ThreadingHTTPServer(("127.0.0.1", FILES_PORT), handler)
-    except OSError:
+    except OSError as err:
+        print(f"build files: port {FILES_PORT} is taken ({err.strerror}), serving on another: the layers after "
+              "the first build argument that names the URL are built again", file=sys.stderr)
         return ThreadingHTTPServer(("127.0.0.1", 0), handler)
 
 
@@ -162,11 +164,8 @@ class Built:
 def _present(client: Any, ref: str, *, log=print) -> str:
     """``ref``, here or pulled; one line saying why not otherwise."""
     docker = docker_sdk()
-    try:
-        client.images.get(ref)
+    if image_exists(client, ref):
         return ref
-    except docker.errors.ImageNotFound:
-        pass
     try:
         log(f"base: pulling {ref}")
         client.images.pull(ref)
@@ -213,7 +212,8 @@ def build_variant(
             args["BASE_IMAGE"] = ensure_base(eng.client, base_image, log=log)
         else:
             if stand_in:
-                args["BASE_IMAGE"] = ascend_standin.ensure(eng.client, root, verbose=verbose, log=log)
+                args["BASE_IMAGE"] = ascend_standin.ensure(eng.client, root, nocache=nocache, verbose=verbose,
+                                                           log=log)
                 args["WITH_MINDSPEED"] = "0"
             else:
                 args["BASE_IMAGE"] = _present(eng.client, base_image or args["BASE_IMAGE"], log=log)

@@ -31,7 +31,7 @@ NNAL = "Ascend-cann-nnal_{version}_linux-{arch}.run"
 INSTALL_ORDER = ("toolkit", "kernels", "nnal")
 
 # Set by the stand-in base image (npu_rl.image.ascend_standin) to what it lacks: no CANN at all.
-STAND_IN_ENV = "NPU_RL_STAND_IN"
+STAND_IN_MARKER = "NPU_RL_STAND_IN"
 
 # Sourced by entrypoints/entrypoint.sh at run time, in this order, when present.
 SET_ENV_SCRIPTS = ("ascend-toolkit/set_env.sh", "nnal/atb/set_env.sh", "nnal/asdsip/set_env.sh")
@@ -132,7 +132,7 @@ def ensure(
     needed = plan(root, version, chip)
     if not needed:
         return []
-    if needed == list(INSTALL_ORDER) and toolkit_version(root) is None and os.environ.get(STAND_IN_ENV):
+    if needed == list(INSTALL_ORDER) and toolkit_version(root) is None and os.environ.get(STAND_IN_MARKER):
         return []  # a stand-in base without any CANN (main() says so); a wrong toolkit is still refused
     files = package_files(version, chip, arch)
     absent = [files[c] for c in needed if not (packages / files[c]).is_file()]
@@ -179,7 +179,7 @@ def main(argv: Optional[List[str]] = None) -> int:
     if done:
         print(f"cann: installed {', '.join(done)}")
     elif toolkit_version(root) is None:
-        print(f"cann: no CANN, and none installed: {os.environ[STAND_IN_ENV]}")
+        print(f"cann: no CANN, and none installed: {os.environ[STAND_IN_MARKER]}")
     else:
         print(f"cann: base image already has CANN {args.version}")
     return 0

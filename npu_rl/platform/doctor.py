@@ -102,7 +102,7 @@ def _image_fix(ctx: _Context) -> str:
 
 def _stand_in() -> str | None:
     """What a stand-in image lacks (``NPU_RL_STAND_IN``, set by its base), or None on a real one."""
-    return os.environ.get(cann.STAND_IN_ENV) or None
+    return os.environ.get(cann.STAND_IN_MARKER) or None
 
 
 STAND_IN_FIX = ("this image is built on the stand-in base and can only rehearse (`npu-rl train --rehearse`); "

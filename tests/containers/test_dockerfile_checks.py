@@ -69,6 +69,18 @@ def test_build_args_match_the_dockerfile_args(variant):
     assert set(_args(path)) == set(build_args(variant)) | optional
 
 
+def test_the_stand_in_base_gets_every_arg_it_declares():
+    from npu_rl.image import ascend_standin
+
+    assert set(_args(STANDIN)) == set(ascend_standin.build_args("http://127.0.0.1:1/", "debian"))
+    # Each is declared just before its step (a declared argument is in the cache key of every RUN after it):
+    # the torch step sees only what it installs with.
+    ins = _instructions(STANDIN)
+    torch_step = next(i for i, x in enumerate(ins) if x.startswith("RUN") and "torch==" in x)
+    declared = [x.split()[1] for x in ins[:torch_step] if x.startswith("ARG ")]
+    assert declared == ["BASE_IMAGE", "WHEELS_URL", "TORCH_VERSION", "TORCHVISION_VERSION"], declared
+
+
 @pytest.mark.parametrize("variant", ["a2", "cpu"])
 def test_base_image_default_is_the_pin(variant):
     assert _args(DOCKERFILES[variant])["BASE_IMAGE"] == build_args(variant)["BASE_IMAGE"]

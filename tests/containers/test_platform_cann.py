@@ -105,7 +105,7 @@ def test_only_a_declared_stand_in_base_builds_without_any_cann(tmp_path, stand_i
     """No CANN at all passes only where the base says it is the stand-in; a wrong toolkit never does."""
     script = tmp_path / "cann.py"
     script.write_text(Path(cann.__file__).read_text())
-    env = {"PATH": "/usr/bin:/bin", cann.STAND_IN_ENV: stand_in}
+    env = {"PATH": "/usr/bin:/bin", cann.STAND_IN_MARKER: stand_in}
 
     def ensure(root: Path) -> subprocess.CompletedProcess:
         return subprocess.run([sys.executable, "-I", str(script), "ensure", "--version", "8.2.RC1", "--chip", "a3",

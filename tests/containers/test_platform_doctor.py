@@ -61,7 +61,7 @@ def test_an_image_on_the_stand_in_base_says_it_can_only_rehearse(fake_host, read
     host = fake_host(cann=None).host()
     real = _by_name(doctor.run_checks(load_recipe(A2_1CARD), "train", host=host))
     assert real["torch_npu"].status == "ok" and "npu-rl image build --variant a2" in real["CANN"].fix
-    monkeypatch.setenv(cann.STAND_IN_ENV, "stand-in base: no CANN")
+    monkeypatch.setenv(cann.STAND_IN_MARKER, "stand-in base: no CANN")
     results = _by_name(doctor.run_checks(load_recipe(A2_1CARD), "train", host=host))
     assert results["torch_npu"].status == "fail" and "hidden" in results["torch_npu"].detail
     assert results["CANN"].detail.endswith(": stand-in base: no CANN")

@@ -136,7 +136,8 @@ def test_npu_lock_installs_imports_and_composes(tmp_path):
         assert edge["register"] == "vllm_ascend.platform.NPUPlatform"
         assert "ImportError" in edge["import"] and re.search(r"lib\w+\.so", edge["import"]), (mod, edge["import"])
     run = subprocess.run([str(python), "-c", PROBE, str(tmp_path / "t.parquet")], capture_output=True, text=True,
-                         timeout=600, cwd=REPO, env={**os.environ, "PYTHONPATH": str(REPO)})
+                         timeout=600, cwd=REPO, env={**{k: v for k, v in os.environ.items() if k != "VLLM_PLUGINS"},
+                                                     "PYTHONPATH": str(REPO)})
     assert run.returncode == 0, run.stderr[-3000:]
     result = json.loads(run.stdout.split("RESULT ", 1)[1])
     # The stand-in's own .pth did the hiding, before any import of the probe's.
