@@ -48,7 +48,7 @@ def mmdebstrap_command(tarball: Path) -> list[str]:
     return [*cmd, SUITE, str(tarball)]
 
 
-def image_exists(client: Any, ref: str) -> bool:
+def _exists(client: Any, ref: str) -> bool:
     docker = docker_sdk()
     try:
         client.images.get(ref)
@@ -95,21 +95,27 @@ def make_standin(client: Any, *, log=print) -> str:
     return tag
 
 
+def pull_if_missing(client: Any, ref: str, *, log=print) -> str | None:
+    """None when ``ref`` is here or was pulled; else why it cannot be pulled, in one line."""
+    if _exists(client, ref):
+        return None
+    try:
+        log(f"base: pulling {ref}")
+        client.images.pull(ref)
+        return None
+    except docker_sdk().errors.DockerException as err:
+        return _one_line(err)
+
+
 def ensure_base(client: Any, ref: str | None, *, log=print) -> str:
     """The base to build the CPU image on: ``ref`` (default: the python image), present or pulled;
     for the default only, the stand-in when it cannot be pulled."""
-    docker = docker_sdk()
     wanted = ref or default_base()
-    if image_exists(client, wanted):
+    reason = pull_if_missing(client, wanted, log=log)
+    if reason is None:
         return wanted
-    try:
-        log(f"base: pulling {wanted}")
-        client.images.pull(wanted)
-        return wanted
-    except docker.errors.DockerException as err:
-        reason = _one_line(err)
     if ref and ref != default_base():
         raise UserError(f"cannot pull base image {ref}: {reason}")
     log(f"base: cannot pull {wanted} ({reason[:120]})")
     tag = standin_tag()
-    return tag if image_exists(client, tag) else make_standin(client, log=log)
+    return tag if _exists(client, tag) else make_standin(client, log=log)

@@ -22,7 +22,7 @@ from ..envs import pipconf
 from ..envs.locks import LOCK_DIR
 from ..errors import UserError
 from . import ascend_standin, base_check
-from .base import ensure_base, image_exists
+from .base import ensure_base, pull_if_missing
 from .engine import DEFAULT_HOST, _one_line, docker_sdk, engine
 from .engine import connect as _connect
 from .progress import Display, parse_chunk
@@ -163,15 +163,10 @@ class Built:
 
 def _present(client: Any, ref: str, *, log=print) -> str:
     """``ref``, here or pulled; one line saying why not otherwise."""
-    docker = docker_sdk()
-    if image_exists(client, ref):
-        return ref
-    try:
-        log(f"base: pulling {ref}")
-        client.images.pull(ref)
-    except docker.errors.DockerException as err:
-        raise UserError(f"base image {ref} is not here and cannot be pulled ({_one_line(err)[:160]}); "
-                        "pass --base-image, or --stand-in to build on a stand-in made here") from None
+    reason = pull_if_missing(client, ref, log=log)
+    if reason is not None:
+        raise UserError(f"base image {ref} is not here and cannot be pulled ({reason[:160]}); "
+                        "pass --base-image, or --stand-in to build on a stand-in made here")
     return ref
 
 
