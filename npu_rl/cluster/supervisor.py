@@ -209,6 +209,7 @@ def run_wait(head: Address, want: Expectation, timeout: float) -> int:
     # ray.init waits for a GCS without a deadline of its own (and rewrites 127.0.0.1 to the node's
     # address), so a port that answers but is not Ray would hang here: it runs in a thread we can leave.
     outcome: dict = {}
+    import ray  # noqa: F401 - here, not in the thread: seconds of import are not a head that does not answer
 
     def connect_and_wait() -> None:
         try:
@@ -218,7 +219,7 @@ def run_wait(head: Address, want: Expectation, timeout: float) -> int:
 
     worker = threading.Thread(target=connect_and_wait, name="ray-wait", daemon=True)
     worker.start()
-    worker.join(timeout=deadline.left() + 5.0)
+    worker.join(timeout=deadline.left() + defaults.RAY_CONNECT_GRACE_S)
     if worker.is_alive():
         raise ClusterError(f"no Ray cluster answered at {head} within {timeout:.0f}s (is it a Ray head's GCS port?)",
                            Exit.CLUSTER_TIMEOUT)

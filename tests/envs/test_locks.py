@@ -120,6 +120,21 @@ def test_the_venv_is_installed_from_the_cpu_and_dev_locks():
     assert not wrong, wrong[:10]
 
 
+@pytest.mark.parametrize("name", ENVS)
+def test_no_lock_installs_what_every_ray_process_would_pay_seconds_to_import(name):
+    """jsonschema imports rfc3987-syntax whenever it is installed, and that builds an Earley parser at
+    import (2.5-5 s of CPU here); Ray imports jsonschema in every process it starts."""
+    assert "rfc3987-syntax" not in {p.name for p in locks.read(locks.get(name))}
+
+
+def test_a_ray_process_does_not_load_rfc3987_syntax():
+    if Path(sys.prefix).name != ".venv":
+        pytest.skip("not the checkout's .venv")
+    probe = "import sys, ray; print('jsonschema' in sys.modules, 'rfc3987_syntax' in sys.modules)"
+    out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True, timeout=120)
+    assert out.stdout.split() == ["True", "False"], out.stdout + out.stderr
+
+
 def _pins_on(env: locks.Env, markers: dict) -> dict[str, locks.Locked]:
     """The pins of a universal lock that hold on one platform (it may pin a package per Python)."""
     return {p.name: p for p in locks.read(env)
