@@ -16,9 +16,10 @@ NODES_TIMEOUT_S = 1800
 # `npu-rl ray wait` on its own (a quick check that the cluster is complete).
 RAY_WAIT_TIMEOUT_S = 600
 RAY_START_TIMEOUT_S = 180  # for `ray start` to come up
-# How long `npu-rl ray wait` gives ray.init past its own timeout before calling the port not Ray's:
-# connecting is seconds on a loaded node (measured: more than 5 s with `ray wait --timeout 2` on 2 cores).
-RAY_CONNECT_GRACE_S = 30
+# How long `npu-rl ray wait` gives ray.init past its own timeout before calling the port not Ray's
+# (ray.init would wait for ever on a port that accepts and never speaks). Ray is imported before the
+# timeout starts; connecting to a real head took up to a few seconds on loaded cores.
+RAY_CONNECT_GRACE_S = 8
 HEAD_LOST_AFTER_S = 30  # a worker exits once the head has been unreachable this long
 PROBE_INTERVAL_S = 2  # between a worker's probes of the head
 MAX_BACKOFF_S = 15  # the longest pause between a worker's join attempts

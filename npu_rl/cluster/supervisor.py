@@ -202,6 +202,7 @@ def run_worker(opts: WorkerOptions) -> int:
 
 
 def run_wait(head: Address, want: Expectation, timeout: float) -> int:
+    import ray  # noqa: F401 - before the deadline: seconds of import on loaded cores are not a head that is silent
     deadline = Deadline(timeout)
     if not wait_for_port(head, deadline, backoff(), log):
         raise ClusterError(f"head {head} not reachable after {deadline.elapsed():.0f}s; "
@@ -209,7 +210,6 @@ def run_wait(head: Address, want: Expectation, timeout: float) -> int:
     # ray.init waits for a GCS without a deadline of its own (and rewrites 127.0.0.1 to the node's
     # address), so a port that answers but is not Ray would hang here: it runs in a thread we can leave.
     outcome: dict = {}
-    import ray  # noqa: F401 - here, not in the thread: seconds of import are not a head that does not answer
 
     def connect_and_wait() -> None:
         try:
