@@ -43,6 +43,8 @@ _BARE_LOG = re.compile(r"\\log(?![A-Za-z])(?!\s*_)")
 _NUMERAL_PRODUCT = re.compile(
     r"(?<![_^\d])(\d+)\s*(?=\\(?:frac|binom|sqrt)(?![A-Za-z])|[(\[{|])|(?<![_^\d])(\d+)\s+(?=\d)"
 )
+# Two groups side by side: latex_eval multiplies them, latex2sympy reads "(2)(3)" as 5 (found by hypothesis).
+_GROUP_PRODUCT = re.compile(r"\)\s*(?=\()")
 # TeX's one-token macro arguments (\frac32, \sqrt5, \frac\pi2), which latex2sympy cannot parse.
 _ARG = r"\s*(\d|[A-Za-z]|\\[A-Za-z]+|\{(?:[^{}]|\{[^{}]*\})*\})"
 _TWO_ARGS = re.compile(r"\\(frac|binom)(?![A-Za-z])" + _ARG + _ARG)
@@ -101,6 +103,7 @@ def for_latex2sympy(text: str) -> str:
     text = _ONE_ARG.sub(lambda m: "\\sqrt" + _braced(m.group(1)), text)
     text = _DECIMAL.sub(_decimal, text)
     text = _BARE_LOG.sub(r"\\ln", text)
+    text = _GROUP_PRODUCT.sub(r")\\cdot ", text)
     return _NUMERAL_PRODUCT.sub(lambda m: (m.group(1) or m.group(2)) + "\\cdot ", text)
 
 
