@@ -25,8 +25,8 @@ import hashlib
 import json
 import os
 import re
-import subprocess
 import shutil
+import subprocess
 import sys
 import tempfile
 import tomllib
@@ -309,8 +309,6 @@ def _drop_provided(packages: list[Locked], provided: tuple[str, ...], base_files
 
 def _uv() -> str:
     """The uv of this environment (the dev lock's), which must be the pinned one: it is in the digest."""
-    import shutil
-
     exe = Path(sys.executable).parent / "uv"
     found = str(exe) if exe.is_file() else shutil.which("uv")
     if not found:
@@ -368,7 +366,8 @@ def compile_lock(env: Env, *, log=print, upgrade: bool = False) -> Path:
         if proc.returncode != 0:
             raise RuntimeError(f"uv could not lock {env.name}:\n{proc.stderr.strip()}")
         # A universal lock keeps a package overridden away under its never-holding marker: left out.
-        packages = _drop_provided([p for p in parse(out.read_text(encoding="utf-8")) if p.marker != NEVER], env.provided,
+        resolved = [p for p in parse(out.read_text(encoding="utf-8")) if p.marker != NEVER]
+        packages = _drop_provided(resolved, env.provided,
                                   base_files=(BASE_LAYER_FILE,) if env.base_layer == "over" else ())
     header = [
         f"# {LOCK_DIR}/{env.name}.txt: {env.purpose}.",
