@@ -120,6 +120,19 @@ def test_the_venv_is_installed_from_the_cpu_and_dev_locks():
     assert not wrong, wrong[:10]
 
 
+@pytest.mark.parametrize("name", ["cpu", "npu"])  # a platform lock and a universal one
+def test_make_lock_regenerates_a_lock_as_it_is(tmp_path, name):
+    """`make lock`'s own command on a copy of the checkout: uv keeps the lock's pins where they still fit
+    (releases that appeared in the index since would otherwise move unrelated packages), and the package
+    overridden away is not written."""
+    shutil.copytree(REPO / "configs", tmp_path / "configs")
+    shutil.copy(REPO / "pyproject.toml", tmp_path / "pyproject.toml")
+    out = subprocess.run([sys.executable, "-m", "npu_rl.envs.locks", "compile", name], capture_output=True,
+                         text=True, timeout=600, env={**os.environ, "NPU_RL_HOME": str(tmp_path)})
+    assert out.returncode == 0, out.stderr[-3000:]
+    assert (tmp_path / locks.LOCK_DIR / f"{name}.txt").read_text() == locks.get(name).path.read_text()
+
+
 @pytest.mark.parametrize("name", ENVS)
 def test_no_lock_installs_what_every_ray_process_would_pay_seconds_to_import(name):
     """jsonschema imports rfc3987-syntax whenever it is installed, and that builds an Earley parser at
