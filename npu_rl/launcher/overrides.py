@@ -143,6 +143,12 @@ def build_overrides(recipe: Recipe, resume_from: Path | None = None, restart: bo
             ("actor_rollout_ref.actor.fsdp_config.optimizer_offload", act.optimizer_offload),
             ("actor_rollout_ref.ref.fsdp_config.param_offload", act.ref_param_offload),
         ]
+        if m.dtype is not None:
+            # FSDP's param_dtype for the actor and the ref when no mixed_precision is given (verl 0.6.1
+            # workers/fsdp_workers.py:461-471; default trainer/config/engine/fsdp.yaml:56) and the rollout's
+            # (trainer/config/rollout/rollout.yaml:29), which the CPU rollout generates in.
+            kv += [(f"actor_rollout_ref.{role}.dtype", m.dtype)
+                   for role in ("actor.fsdp_config", "ref.fsdp_config", "rollout")]
 
     out = [f"{k}={hydra_value(v)}" for k, v in kv]
     # Keys absent from verl's schema need hydra's "+" (append) prefix.

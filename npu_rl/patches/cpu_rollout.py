@@ -9,7 +9,12 @@ With ``actor_rollout_ref.rollout.calculate_log_probs`` it also returns its own
 log-probs of the sampled tokens (``rollout_log_probs``), as vLLM 0.9.1 reports them:
 from the inference copy's raw logits, before temperature
 (``vllm/v1/sample/sampler.py`` ``Sampler.forward``, lines 31-39), in the precision it
-generated in (verl's ``HFRollout`` generates under bfloat16 autocast).
+generated in.
+
+It generates in ``actor_rollout_ref.rollout.dtype`` (the recipe's ``model.dtype``).
+verl's ``HFRollout`` hard-codes bfloat16 autocast (verl 0.6.1
+``workers/rollout/hf_rollout.py:111``, fingerprinted by the cpu patch), which on a CPU
+without bfloat16 arithmetic torch emulates, several times slower than float32.
 
 ``NPU_RL_DRILL=rollout_weights`` is a drill for the consistency gate
 (:mod:`npu_rl.patches.consistency`): every weight sync lands with noise, as a broken
@@ -18,12 +23,16 @@ sync would, so a run with the gate must stop at its first step.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import os
+import types
 from typing import Generator
 
 import torch
 from verl import DataProto
+from verl.utils.torch_dtypes import PrecisionType
+from verl.workers.rollout import hf_rollout
 from verl.workers.rollout.base import BaseRollout
 from verl.workers.rollout.hf_rollout import HFRollout
 
@@ -40,6 +49,30 @@ def _without_position_ids(generate):
         return generate(*args, **kwargs)
 
     return wrapper
+
+
+def autocast_in(dtype: torch.dtype) -> contextlib.AbstractContextManager:
+    """Autocast to ``dtype``; none at all for float32 (the inference copy's own precision)."""
+    if dtype == torch.float32:
+        return contextlib.nullcontext()
+    return torch.autocast(device_type="cpu", dtype=dtype)
+
+
+@contextlib.contextmanager
+def _hf_rollout_autocast(dtype: torch.dtype):
+    """While HFRollout generates, its module's ``torch.autocast`` is :func:`autocast_in` ``dtype``; only
+    that module's name is rebound, so nothing else in the process sees it."""
+    if dtype == torch.bfloat16:  # what HFRollout does by itself
+        yield
+        return
+    proxy = types.ModuleType("torch")
+    proxy.__dict__.update(torch.__dict__)
+    proxy.autocast = lambda *args, **kwargs: autocast_in(dtype)
+    hf_rollout.torch = proxy
+    try:
+        yield
+    finally:
+        hf_rollout.torch = torch
 
 
 DRILL_ENV = "NPU_RL_DRILL"
@@ -60,6 +93,7 @@ class CPURollout(HFRollout):
         self.module.eval()
         self.module.generate = _without_position_ids(self.module.generate)
         self._params = dict(self.module.named_parameters())
+        self.dtype = PrecisionType.to_dtype(self.config.get("dtype", "bfloat16"))
 
     async def resume(self, tags: list[str]):
         # Weights and KV cache live in host memory already.
@@ -83,7 +117,8 @@ class CPURollout(HFRollout):
                     target.add_(torch.randn(target.shape, generator=noise, dtype=target.dtype) * target.std())
 
     def generate_sequences(self, prompts: DataProto) -> DataProto:
-        out = super().generate_sequences(prompts)
+        with _hf_rollout_autocast(self.dtype):
+            out = super().generate_sequences(prompts)
         if self.config.get("calculate_log_probs", False) and not prompts.meta_info.get("validate", False):
             out.batch["rollout_log_probs"] = self._sampled_log_probs(out)
         return out
@@ -92,7 +127,7 @@ class CPURollout(HFRollout):
     def _sampled_log_probs(self, out: DataProto) -> torch.Tensor:
         responses = out.batch["responses"]
         n = responses.size(1)
-        with torch.autocast(device_type="cpu", dtype=torch.bfloat16):
+        with autocast_in(self.dtype):
             logits = self.module(input_ids=out.batch["input_ids"], attention_mask=out.batch["attention_mask"],
                                  position_ids=out.batch["position_ids"]).logits
         logits = logits[:, -n - 1 : -1].float()  # the logits that predicted each response token

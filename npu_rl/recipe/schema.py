@@ -53,6 +53,11 @@ class ModelSpec(Strict):
         None, description="Forced into the HF config (e.g. 'eager' on CPU, where sdpa/flash kernels are absent)"
     )
     trust_remote_code: bool = False
+    dtype: Literal["bfloat16", "float32"] | None = Field(
+        None,
+        description="What the actor, its reference and the rollout compute in (fsdp strategies); None keeps "
+        "verl's bfloat16. float32 on a CPU without bfloat16 arithmetic, where torch emulates it",
+    )
 
 
 class DataSpec(Strict):
@@ -393,6 +398,8 @@ class Recipe(Strict):
             raise ValueError("rollout.data_parallel_size > 1 needs rollout.expert_parallel (vLLM DP is for MoE EP)")
         if (ro.graph_mode or ro.ascend_scheduler) and (ro.name != "vllm" or self.resources.platform == "cpu"):
             raise ValueError("rollout.graph_mode / rollout.ascend_scheduler are vllm-ascend settings (NPU, vllm)")
+        if self.actor.strategy == "megatron" and self.model.dtype is not None:
+            raise ValueError("model.dtype is for the fsdp strategies (verl's fsdp_config.dtype); megatron keeps bfloat16")
         if self.actor.strategy != "megatron" and (self.actor.recompute is not None or self.actor.swap_optimizer):
             raise ValueError("actor.recompute / actor.swap_optimizer are megatron settings (actor.strategy megatron)")
         if (self.actor.strategy == "megatron" and self.model.enable_gradient_checkpointing

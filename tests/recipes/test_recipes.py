@@ -7,6 +7,7 @@ import sys
 
 import pytest
 
+from npu_rl.errors import UserError
 from npu_rl.launcher.overrides import build_overrides, hydra_value
 from npu_rl.launcher.spec import build_launch
 from npu_rl.launcher.verl_config import check_recipe
@@ -106,6 +107,28 @@ def test_cpu_recipe_installs_the_cpu_patch(tmp_path, monkeypatch):
     env = build_launch(load_recipe("tiny_math_cpu")).env
     assert "cpu" in env["NPU_RL_PATCHES"].split(",")
     assert env["PYTHONPATH"].split(":")[0].endswith("npu_rl/patches/boot")
+
+
+@pytest.mark.parametrize("name", RECIPES)
+def test_model_dtype_reaches_the_actor_the_ref_and_the_rollout(name, tmp_path, monkeypatch):
+    """verl's composed config computes in the recipe's model.dtype, bfloat16 (verl's own) where it sets none."""
+    monkeypatch.setenv("NPU_RL_WORKSPACE", str(tmp_path))
+    recipe = load_recipe(name)
+    cfg = check_recipe(recipe).actor_rollout_ref
+    if recipe.actor.strategy == "megatron":
+        assert recipe.model.dtype is None
+        return
+    assert {cfg.actor.fsdp_config.dtype, cfg.ref.fsdp_config.dtype, cfg.rollout.dtype} == {recipe.model.dtype or "bfloat16"}
+
+
+def test_the_cpu_recipe_computes_in_float32():
+    # The CPU here has no bfloat16 arithmetic (AVX2): torch emulates it, several times slower.
+    assert load_recipe("tiny_math_cpu").model.dtype == "float32"
+
+
+def test_model_dtype_is_refused_for_megatron():
+    with pytest.raises(UserError, match="model.dtype is for the fsdp strategies"):
+        load_recipe("deepseek_r1_671b_a3", {"model.dtype": "float32"})
 
 
 @pytest.mark.parametrize(
