@@ -30,6 +30,12 @@ def test_recipe_composes_with_verl_config(name, tmp_path, monkeypatch):
     assert cfg.trainer.device == recipe.resources.device
     assert cfg.trainer.nnodes * cfg.trainer.n_gpus_per_node == recipe.resources.world_size
     assert cfg.data.train_batch_size == recipe.algorithm.train_batch_size
+    # The actor, the ref and the rollout compute in the recipe's model.dtype, verl's bfloat16 where it sets none.
+    a = cfg.actor_rollout_ref
+    if recipe.actor.strategy == "megatron":
+        assert recipe.model.dtype is None
+    else:
+        assert {a.actor.fsdp_config.dtype, a.ref.fsdp_config.dtype, a.rollout.dtype} == {recipe.model.dtype or "bfloat16"}
 
 
 def test_qwen_4card_matches_the_original_run_script(tmp_path, monkeypatch):
@@ -107,18 +113,6 @@ def test_cpu_recipe_installs_the_cpu_patch(tmp_path, monkeypatch):
     env = build_launch(load_recipe("tiny_math_cpu")).env
     assert "cpu" in env["NPU_RL_PATCHES"].split(",")
     assert env["PYTHONPATH"].split(":")[0].endswith("npu_rl/patches/boot")
-
-
-@pytest.mark.parametrize("name", RECIPES)
-def test_model_dtype_reaches_the_actor_the_ref_and_the_rollout(name, tmp_path, monkeypatch):
-    """verl's composed config computes in the recipe's model.dtype, bfloat16 (verl's own) where it sets none."""
-    monkeypatch.setenv("NPU_RL_WORKSPACE", str(tmp_path))
-    recipe = load_recipe(name)
-    cfg = check_recipe(recipe).actor_rollout_ref
-    if recipe.actor.strategy == "megatron":
-        assert recipe.model.dtype is None
-        return
-    assert {cfg.actor.fsdp_config.dtype, cfg.ref.fsdp_config.dtype, cfg.rollout.dtype} == {recipe.model.dtype or "bfloat16"}
 
 
 def test_the_cpu_recipe_computes_in_float32():
