@@ -36,6 +36,11 @@ dist.init_process_group(backend="cpu:gloo,cpu:gloo", init_method=f"file://{f}", 
 from verl.utils.profiler.performance import topk_reduce_ratio_min_max
 out["topk"] = list(topk_reduce_ratio_min_max(1.5))
 dist.destroy_process_group()
+import gc
+full = []
+gc.callbacks.append(lambda phase, info: full.append(1) if phase == "start" and info["generation"] == 2 else None)
+fw.aggressive_empty_cache(force_sync=True)
+out["full_collections_per_empty_cache"] = len(full)
 print(json.dumps(out))
 """
 
@@ -56,6 +61,9 @@ def test_cpu_patch_applies_in_child_processes_via_sitecustomize():
     # one worker slot per CPU worker, as an NPU worker takes one NPU, STRICT_PACKed per node
     assert out["bundles"] == [[{"CPU": 1, "NPU": 1}] * 2, [{"CPU": 1, "NPU": 1}]]
     assert out["topk"] == [0.0, 1.5, 1.5]
+    # What the workers call at three mode switches of every step: no full collection on a CPU (verl's own
+    # makes one each time, torch.cpu being an "available" device)
+    assert out["full_collections_per_empty_cache"] == 0
 
 
 def test_without_the_patch_verl_is_untouched():
