@@ -82,7 +82,13 @@ def test_sigterm_damaged_checkpoint_resume_finished_merge_load(tmp_path, monkeyp
     newest = run_files.latest_step(recipe)
     assert newest in (2, 3) and run_files.saved_steps(recipe) == [newest - 1, newest]
     assert {"1", "2"} <= _steps(first) <= {str(s) for s in range(1, newest + 1)}  # saved, then logged
-    assert _metric_steps(recipe, 0) == sorted(map(int, _steps(first)))  # flushed when each step ended
+    # The metrics file has every step that ended, flushed as it ended: each step the console showed, and
+    # the newest checkpoint's step unless the stop came between its save and its log line. The console
+    # may show fewer: a step's line reaches it through Ray's log streaming, which the stop cuts off
+    # (measured: step 3 saved and in the file 1.6 s after step 2's line, its own line never shown).
+    metric_steps = _metric_steps(recipe, 0)
+    assert metric_steps == list(range(1, len(metric_steps) + 1)) and newest - 1 <= len(metric_steps) <= newest
+    assert set(map(int, _steps(first))) <= set(metric_steps)
 
     # 2. One optimizer shard of the newest checkpoint lost (a disk fault, a kill during the save).
     (run_files.step_dir(recipe, newest) / "actor" / "optim_world_size_2_rank_1.pt").unlink()
