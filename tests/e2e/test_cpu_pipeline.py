@@ -85,7 +85,7 @@ def test_sigterm_damaged_checkpoint_resume_finished_merge_load(tmp_path, monkeyp
     # The metrics file has every step that ended, flushed as it ended: each step the console showed, and
     # the newest checkpoint's step unless the stop came between its save and its log line. The console
     # may show fewer: a step's line reaches it through Ray's log streaming, which the stop cuts off
-    # (measured: step 3 saved and in the file 1.6 s after step 2's line, its own line never shown).
+    # (measured: step 3 saved and in the file 1.6 s after step 2's save, its own line never shown).
     metric_steps = _metric_steps(recipe, 0)
     assert metric_steps == list(range(1, len(metric_steps) + 1)) and newest - 1 <= len(metric_steps) <= newest
     assert set(map(int, _steps(first))) <= set(metric_steps)
