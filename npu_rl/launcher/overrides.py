@@ -238,6 +238,8 @@ def patches_for(recipe: Recipe) -> list[str]:
         names.append("file_logger")
     if "swanlab" in recipe.logging.backends:
         names.append("swanlab_finish")
+    if recipe.checkpoint.max_to_keep is not None:
+        names.append("checkpoint_rotation")  # verl rotates before it saves; a stop mid-save lost one
     if not recipe.optimizations.recompute_old_log_prob:
         names.append("old_log_prob")
     if recipe.consistency_gated:

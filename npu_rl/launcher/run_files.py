@@ -94,13 +94,25 @@ def checkpoint_problem(recipe: Recipe, step: int) -> str | None:
     return None
 
 
-def checkpoints(recipe: Recipe) -> list[tuple[int, str | None]]:
-    """Every ``global_step_N`` directory of the run, oldest first, with its problem (None: complete)."""
-    root = checkpoint_root(recipe)
+def step_numbers(root: Path) -> list[int]:
+    """The steps of the ``global_step_N`` directories under a checkpoint root, oldest first."""
     if not root.is_dir():
         return []
-    steps = sorted(int(m.group(1)) for d in root.iterdir() if (m := _STEP.fullmatch(d.name)) and d.is_dir())
-    return [(s, checkpoint_problem(recipe, s)) for s in steps]
+    return sorted(int(m.group(1)) for d in root.iterdir() if (m := _STEP.fullmatch(d.name)) and d.is_dir())
+
+
+def remove_steps(root: Path, steps: list[int]) -> list[int]:
+    """Remove whole ``global_step_N`` directories (verl's own rotation leaves data.pt behind)."""
+    import shutil
+
+    for s in steps:
+        shutil.rmtree(root / f"global_step_{s}", ignore_errors=True)
+    return list(steps)
+
+
+def checkpoints(recipe: Recipe) -> list[tuple[int, str | None]]:
+    """Every ``global_step_N`` directory of the run, oldest first, with its problem (None: complete)."""
+    return [(s, checkpoint_problem(recipe, s)) for s in step_numbers(checkpoint_root(recipe))]
 
 
 def saved_steps(recipe: Recipe) -> list[int]:
@@ -124,18 +136,14 @@ def damaged_steps(recipe: Recipe) -> list[tuple[int, str]]:
 def rotate_checkpoints(recipe: Recipe) -> list[int]:
     """Keep the newest ``checkpoint.max_to_keep`` complete checkpoints; returns the steps removed.
 
-    verl rotates only what one process saved, so every resume left the previous segment's
-    checkpoints (and data.pt husks of rotated ones) behind. Older directories beyond the limit
-    and incomplete ones older than the newest complete checkpoint go; newer ones are left to verl.
+    Run by the launcher when a run ends, however it ended: the rotation during the run
+    (npu_rl.patches.checkpoint_rotation) counts directories, this one counts complete checkpoints.
+    Older directories beyond the limit and incomplete ones older than the newest complete checkpoint
+    go; newer ones are left to the next resume.
     """
-    import shutil
-
     keep = recipe.checkpoint.max_to_keep
     complete = saved_steps(recipe)
     if keep is None or not complete:
         return []
     kept = set(complete[-keep:])
-    removed = [s for s, _ in checkpoints(recipe) if s not in kept and s < complete[-1]]
-    for s in removed:
-        shutil.rmtree(step_dir(recipe, s), ignore_errors=True)
-    return removed
+    return remove_steps(checkpoint_root(recipe), [s for s, _ in checkpoints(recipe) if s not in kept and s < complete[-1]])

@@ -18,6 +18,7 @@ PATCHES = {
     "vllm_dp": "npu_rl.patches.vllm_dp",
     "file_logger": "npu_rl.patches.file_logger",
     "swanlab_finish": "npu_rl.patches.swanlab_finish",
+    "checkpoint_rotation": "npu_rl.patches.checkpoint_rotation",
     "batch_fingerprint": "npu_rl.patches.batch_fingerprint",
     "reward_parts": "npu_rl.patches.reward_parts",
     "attest": "npu_rl.patches.attest",

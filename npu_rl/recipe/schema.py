@@ -202,6 +202,8 @@ class CheckpointSpec(Strict):
     save_freq: int = Field(20, ge=-1)
     test_freq: int = Field(5, ge=-1)
     resume: Literal["auto", "disable"] = "auto"
+    # Complete checkpoints kept (verl's trainer.max_actor_ckpt_to_keep); old ones go once the new one is
+    # complete, so a stop during a save keeps them all (npu_rl.patches.checkpoint_rotation). None: keep every one.
     max_to_keep: int | None = Field(None, gt=0)
     val_before_train: bool = False
 

@@ -166,9 +166,12 @@ def test_a_hung_rank_is_caught_by_the_watchdog_with_every_stack(chain):
     assert len(workers) == 2 and all(p["stack"] and not p["error"] for p in workers), workers
     stopped = [p for p in workers if p["pid"] == run["pid"]]
     assert stopped and stopped[0]["status"] == "stopped"
-    # The rank that still runs waits in a collective; its frames are in the dump.
+    # The rank that still runs waits in a collective; its frames are in the dump. Which one depends on
+    # where in step 4 its peer was stopped: a c10d call (all_reduce, barrier) or the weight sync's
+    # DTensor.full_tensor, which waits in torch's functional collectives (seen in CI).
     other = [p for p in workers if p["pid"] != run["pid"]]
-    assert "distributed_c10d" in other[0]["stack"], other[0]["stack"][:2000]
+    assert re.search(r"torch/distributed/(distributed_c10d|_functional_collectives)\.py", other[0]["stack"]), (
+        other[0]["stack"][:2000])
     assert any(p["title"].startswith("ray::TaskRunner") for n in summary["nodes"] for p in n["processes"])
     assert summary["driver"] and "main_ppo" in summary["driver"][0]["stack"] + summary["driver"][0]["title"]
     assert run["left"] == []

@@ -1,0 +1,98 @@
+"""A run keeps ``max_actor_ckpt_to_keep`` complete checkpoints even when it stops during a save.
+
+verl 0.6.1 rotates checkpoints in each worker's checkpoint manager *before* it writes the new one
+(``verl/utils/checkpoint/fsdp_checkpoint_manager.py:204-214``, rank 0;
+``megatron_checkpoint_manager.py:379-388``): with ``max_actor_ckpt_to_keep: 2`` the save of step 3
+deletes step 1 first, so a SIGTERM, a lost node or a crash during that save leaves one complete
+checkpoint, and with ``1`` none at all. Seen in CI: the pipeline test stopped a run during step 3's
+save and found only step 2.
+
+This patch moves the rotation to after the step is complete: the workers' managers save without
+rotating, and ``RayPPOTrainer._save_checkpoint`` (the TaskRunner) removes the older step directories
+once it has written ``data.pt`` and ``latest_checkpointed_iteration.txt``, the last file of a save
+(``verl/trainer/ppo/ray_trainer.py:777-835``). It removes whole ``global_step_N`` directories, where
+verl removed only ``actor/`` and left ``data.pt`` behind. The price is one checkpoint more on disk
+while a save runs, which is what the limit's "complete checkpoints" means.
+
+The TaskRunner writes ``data.pt`` and the marker into the checkpoint directory already, so it sees the
+directory every rank writes to (the launcher refuses a run whose nodes do not share it).
+
+Importing this module does not import verl, torch or ray.
+"""
+
+from __future__ import annotations
+
+import functools
+from pathlib import Path
+from typing import Any
+
+from .guard import Patch
+
+PATCH_NAME = "checkpoint_rotation"
+FSDP_MANAGER = "verl.utils.checkpoint.fsdp_checkpoint_manager"
+MEGATRON_MANAGER = "verl.utils.checkpoint.megatron_checkpoint_manager"
+RAY_TRAINER = "verl.trainer.ppo.ray_trainer"
+FINGERPRINTS = {
+    # Rotate before they save.
+    f"{FSDP_MANAGER}:FSDPCheckpointManager.save_checkpoint": "ced175b94f0e389b",
+    f"{MEGATRON_MANAGER}:MegatronCheckpointManager.save_checkpoint": "2767c4bc4c6ed9ab",
+    # Saves through the workers, then data.pt, then the marker; reads the limit from the config.
+    f"{RAY_TRAINER}:RayPPOTrainer._save_checkpoint": "98ed0726156386c6",
+}
+PATCH = Patch(PATCH_NAME, FINGERPRINTS)
+
+
+def _save_without_rotating(original):
+    @functools.wraps(original)
+    def save_checkpoint(self, local_path, hdfs_path=None, global_step=0, max_ckpt_to_keep=None):
+        return original(self, local_path, hdfs_path, global_step, max_ckpt_to_keep=None)
+
+    return save_checkpoint
+
+
+@PATCH.applies_to(FSDP_MANAGER)
+def _patch_fsdp(mod: Any) -> None:
+    mod.FSDPCheckpointManager.save_checkpoint = _save_without_rotating(mod.FSDPCheckpointManager.save_checkpoint)
+
+
+@PATCH.applies_to(MEGATRON_MANAGER)
+def _patch_megatron(mod: Any) -> None:
+    cls = mod.MegatronCheckpointManager
+    cls.save_checkpoint = _save_without_rotating(cls.save_checkpoint)
+
+
+def keep_limit(trainer_config: Any) -> int | None:
+    """verl's own reading of the limit (ray_trainer.py:794-802): the deprecated flag means 1."""
+    if trainer_config.get("remove_previous_ckpt_in_save", False):
+        return 1
+    keep = trainer_config.get("max_actor_ckpt_to_keep", None)
+    return keep if isinstance(keep, int) and keep > 0 else None
+
+
+def rotate_after_save(root: Path, newest: int, keep: int) -> list[int]:
+    """Remove the step directories older than the newest ``keep`` up to ``newest`` (just completed).
+
+    Directories newer than ``newest`` are a damaged save this run has not reached again; the
+    launcher's resume logic owns them."""
+    from ..launcher.run_files import remove_steps, step_numbers
+
+    upto = [s for s in step_numbers(root) if s <= newest]
+    return remove_steps(root, upto[:-keep])
+
+
+@PATCH.applies_to(RAY_TRAINER)
+def _patch_trainer(mod: Any) -> None:
+    original = mod.RayPPOTrainer._save_checkpoint
+
+    @functools.wraps(original)
+    def _save_checkpoint(self):
+        original(self)  # returns once the marker names this step: the step is complete
+        keep = keep_limit(self.config.trainer)
+        if keep is None:
+            return
+        removed = rotate_after_save(Path(self.config.trainer.default_local_dir), self.global_steps, keep)
+        if removed:
+            print(f"npu-rl: global_step_{self.global_steps} is complete; removed "
+                  f"{', '.join(f'global_step_{s}' for s in removed)} (max_actor_ckpt_to_keep {keep})", flush=True)
+
+    mod.RayPPOTrainer._save_checkpoint = _save_checkpoint
