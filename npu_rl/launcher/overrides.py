@@ -230,16 +230,15 @@ def _platform_overrides(recipe: Recipe) -> list[str]:
 
 def patches_for(recipe: Recipe) -> list[str]:
     # Every run: a resumed run's batches can be compared with the run it continues; the reward's parts
-    # show what a reward rise is made of (every recipe scores with npu_rl.reward.math).
-    names = ["batch_fingerprint", "reward_parts"]
+    # show what a reward rise is made of (every recipe scores with npu_rl.reward.math); old checkpoints go
+    # only once the new one is complete, whatever sets the limit (verl deletes them before it saves).
+    names = ["batch_fingerprint", "reward_parts", "checkpoint_rotation"]
     if recipe.resources.platform == "cpu":
         names.append("cpu")
     if "file" in recipe.logging.backends:
         names.append("file_logger")
     if "swanlab" in recipe.logging.backends:
         names.append("swanlab_finish")
-    if recipe.checkpoint.max_to_keep is not None:
-        names.append("checkpoint_rotation")  # verl rotates before it saves; a stop mid-save lost one
     if not recipe.optimizations.recompute_old_log_prob:
         names.append("old_log_prob")
     if recipe.consistency_gated:

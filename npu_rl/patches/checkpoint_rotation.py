@@ -15,7 +15,11 @@ verl removed only ``actor/`` and left ``data.pt`` behind. The price is one check
 while a save runs, which is what the limit's "complete checkpoints" means.
 
 The TaskRunner writes ``data.pt`` and the marker into the checkpoint directory already, so it sees the
-directory every rank writes to (the launcher refuses a run whose nodes do not share it).
+directory every rank writes to (the launcher refuses a run whose nodes do not share it). Every run
+installs the patch, so a limit set through ``verl_overrides`` rotates the same way. It needs
+synchronous saves: with Megatron's ``async_save`` the save returns before its shards are written, so
+a recipe with both is refused (npu_rl.recipe.schema). ``max_critic_ckpt_to_keep`` has no effect of its
+own: whole step directories go by the actor's limit (GRPO trains no critic).
 
 Importing this module does not import verl, torch or ray.
 """
@@ -70,14 +74,18 @@ def keep_limit(trainer_config: Any) -> int | None:
 
 
 def rotate_after_save(root: Path, newest: int, keep: int) -> list[int]:
-    """Remove the step directories older than the newest ``keep`` up to ``newest`` (just completed).
+    """Keep the newest ``keep`` complete checkpoints up to ``newest`` (just completed); remove the other
+    step directories older than ``newest``.
 
-    Directories newer than ``newest`` are a damaged save this run has not reached again; the
-    launcher's resume logic owns them."""
+    Complete here means verl wrote its ``data.pt``, which it does after every worker's save returned
+    (the launcher's fuller check, ``run_files.checkpoint_problem``, needs the recipe): a save that died
+    before it neither counts toward the limit nor stays. Directories newer than ``newest`` are a damaged
+    save this run has not reached again; the launcher's resume logic owns them."""
     from ..launcher.run_files import remove_steps, step_numbers
 
     upto = [s for s in step_numbers(root) if s <= newest]
-    return remove_steps(root, upto[:-keep])
+    kept = [s for s in upto if (root / f"global_step_{s}" / "data.pt").is_file()][-keep:]
+    return remove_steps(root, [s for s in upto if s not in kept and s < newest])
 
 
 @PATCH.applies_to(RAY_TRAINER)

@@ -313,6 +313,19 @@ class Recipe(Strict):
                              "console step lines); add it or set watchdog.enabled: false")
         return self
 
+    @model_validator(mode="after")
+    def _rotation_needs_synchronous_saves(self) -> "Recipe":
+        # Old checkpoints go once the trainer's save returns (npu_rl.patches.checkpoint_rotation); Megatron's
+        # async_save returns before its shards are written, so the only complete one could go first.
+        o = self.verl_overrides
+        rotates = self.checkpoint.max_to_keep is not None or o.get("trainer.max_actor_ckpt_to_keep") is not None \
+            or str(o.get("trainer.remove_previous_ckpt_in_save", False)).lower() == "true"
+        if rotates and str(o.get("actor_rollout_ref.actor.checkpoint.async_save", False)).lower() == "true":
+            raise ValueError("checkpoint.max_to_keep needs synchronous saves: actor_rollout_ref.actor.checkpoint."
+                             "async_save returns before the checkpoint is written, so the rotation could remove "
+                             "the only complete one; drop async_save or max_to_keep")
+        return self
+
     @property
     def consistency_gated(self) -> bool:
         """The gate runs where the pass is skipped; with the pass on every step, verl compares the rollout's

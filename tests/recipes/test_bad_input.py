@@ -62,6 +62,8 @@ def _with(**changes) -> dict:
         ({"data__train_files": ["data/missing.parquet"]}, "data.train_files: data file not found"),
         ({"resources__devices_per_node": 3}, "not divisible by resources.nnodes * resources.devices_per_node (3)"),
         ({"verl_overrides": {"trainer.no_such_key": 1}}, "rejects the recipe's overrides"),
+        ({"verl_overrides": {"actor_rollout_ref.actor.checkpoint.async_save": True}},
+         "checkpoint.max_to_keep needs synchronous saves"),
         # Each of these used to start Ray and fail (or hang) 20-46 s later in a verl worker.
         ({"reward__function": "nope.py"}, "reward.function: file not found"),
         ({"reward__name": "no_such_fn"}, "defines no 'no_such_fn'"),
