@@ -29,12 +29,18 @@ BOXED_GAIN_POINTS = 25.0  # accuracy among boxed answers, trained over base
 FINAL_ACCURACY = 80.0  # percent of held-out problems right at the end
 
 
-def test_demo_learns_the_answers_not_only_the_format(tmp_path, monkeypatch, capfd):
+def test_demo_learns_the_answers_not_only_the_format(tmp_path, monkeypatch, capfd, tiny_model):
     monkeypatch.setenv("NPU_RL_WORKSPACE", str(tmp_path))  # demo.run sets it; restored after the test
+    recipe = load_recipe(demo.RECIPE)
+    # The demo's first step is `npu-rl model tiny --recipe tiny_math_cpu --warm-start-steps 1600`; the
+    # tiny_model fixture runs that same command, once per set of its inputs (kept across runs), and the
+    # demo reuses the model as it reuses one it made before. The demo's own step runs in the CPU image's
+    # compose test (tests/containers/test_cpu_image_compose.py).
+    tiny_model(run_files.model_dir(recipe), steps=demo.WARM_START_STEPS, recipe=demo.RECIPE)
     assert demo.main(["--workdir", str(tmp_path)]) == 0
     out = capfd.readouterr().out
+    assert f"reusing {run_files.model_dir(recipe)}" in out
 
-    recipe = load_recipe(demo.RECIPE)
     base, trained, step = demo.accuracy_gain(recipe)
     assert step == run_files.latest_step(recipe) > 0
     assert f"held-out accuracy     : {base:.2f} -> {trained:.2f} at step {step}" in out
