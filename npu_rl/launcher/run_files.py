@@ -26,8 +26,13 @@ def checkpoint_root(recipe: Recipe) -> Path:
     return resolve(recipe.checkpoint.dir) / recipe.logging.project / recipe.logging.experiment
 
 
+def step_path(root: Path, step: int) -> Path:
+    """verl's directory of one step's checkpoint under a checkpoint root."""
+    return root / f"global_step_{step}"
+
+
 def step_dir(recipe: Recipe, step: int) -> Path:
-    return checkpoint_root(recipe) / f"global_step_{step}"
+    return step_path(checkpoint_root(recipe), step)
 
 
 def merged_model_dir(recipe: Recipe, step: int) -> Path:
@@ -61,6 +66,7 @@ def metrics_file(recipe: Recipe, start_step: int = 0) -> Path:
 # (``<kind>_world_size_<W>_rank_<r>.pt``); RayPPOTrainer._save_checkpoint then writes the
 # dataloader state (``data.pt``) and, last, ``latest_checkpointed_iteration.txt``.
 SHARD_KINDS = ("model", "optim", "extra_state")
+DATALOADER_STATE = "data.pt"
 MARKER = "latest_checkpointed_iteration.txt"
 _STEP = re.compile(r"global_step_(\d+)")
 
@@ -86,7 +92,7 @@ def checkpoint_problem(recipe: Recipe, step: int) -> str | None:
         missing = [p.name for p in shards if not p.is_file() or p.stat().st_size == 0]
         if missing:
             return f"{len(missing)} shard(s) missing or empty, e.g. actor/{missing[0]}"
-    if not (d / "data.pt").is_file():
+    if not (d / DATALOADER_STATE).is_file():
         return "no data.pt (the save did not finish)"
     marker = _marker(recipe)
     if marker is not None and step > marker:
@@ -106,7 +112,7 @@ def remove_steps(root: Path, steps: list[int]) -> list[int]:
     import shutil
 
     for s in steps:
-        shutil.rmtree(root / f"global_step_{s}", ignore_errors=True)
+        shutil.rmtree(step_path(root, s), ignore_errors=True)
     return list(steps)
 
 
@@ -136,14 +142,14 @@ def damaged_steps(recipe: Recipe) -> list[tuple[int, str]]:
 def rotate_checkpoints(recipe: Recipe) -> list[int]:
     """Keep the newest ``checkpoint.max_to_keep`` complete checkpoints; returns the steps removed.
 
-    Run by the launcher when a run ends, however it ended: the rotation during the run
-    (npu_rl.patches.checkpoint_rotation) counts directories, this one counts complete checkpoints.
-    Older directories beyond the limit and incomplete ones older than the newest complete checkpoint
-    go; newer ones are left to the next resume.
+    Run by the launcher when a run ends, however it ended, with the full completeness check; the
+    rotation during the run (npu_rl.patches.checkpoint_rotation) has only verl's config and counts a
+    step complete once its data.pt is written. Older directories beyond the limit and incomplete ones
+    older than the newest complete checkpoint go; newer ones are left to the next resume.
     """
     keep = recipe.checkpoint.max_to_keep
     complete = saved_steps(recipe)
     if keep is None or not complete:
         return []
-    kept = set(complete[-keep:])
-    return remove_steps(checkpoint_root(recipe), [s for s, _ in checkpoints(recipe) if s not in kept and s < complete[-1]])
+    kept, root = set(complete[-keep:]), checkpoint_root(recipe)
+    return remove_steps(root, [s for s in step_numbers(root) if s not in kept and s < complete[-1]])

@@ -56,7 +56,8 @@ def _save_without_rotating(original):
 
 @PATCH.applies_to(FSDP_MANAGER)
 def _patch_fsdp(mod: Any) -> None:
-    mod.FSDPCheckpointManager.save_checkpoint = _save_without_rotating(mod.FSDPCheckpointManager.save_checkpoint)
+    cls = mod.FSDPCheckpointManager
+    cls.save_checkpoint = _save_without_rotating(cls.save_checkpoint)
 
 
 @PATCH.applies_to(MEGATRON_MANAGER)
@@ -81,10 +82,10 @@ def rotate_after_save(root: Path, newest: int, keep: int) -> list[int]:
     (the launcher's fuller check, ``run_files.checkpoint_problem``, needs the recipe): a save that died
     before it neither counts toward the limit nor stays. Directories newer than ``newest`` are a damaged
     save this run has not reached again; the launcher's resume logic owns them."""
-    from ..launcher.run_files import remove_steps, step_numbers
+    from ..launcher.run_files import DATALOADER_STATE, remove_steps, step_numbers, step_path
 
     upto = [s for s in step_numbers(root) if s <= newest]
-    kept = [s for s in upto if (root / f"global_step_{s}" / "data.pt").is_file()][-keep:]
+    kept = [s for s in upto if (step_path(root, s) / DATALOADER_STATE).is_file()][-keep:]
     return remove_steps(root, [s for s in upto if s not in kept and s < newest])
 
 
