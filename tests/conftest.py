@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import hashlib
 import shutil
+import time
 from importlib import metadata
 from pathlib import Path
 
@@ -11,6 +12,41 @@ import pytest
 
 REPO = Path(__file__).resolve().parents[1]
 SHARED = (REPO / ".." / "shared").resolve()
+
+
+_CPU_START = pytest.StashKey[tuple]()  # (monotonic time, _cpu_ticks()) when the session started
+
+
+def _cpu_ticks() -> tuple[int, int, int] | None:
+    """(busy, total) jiffies of all cores since boot and the number of cores, from /proc/stat; None off
+    Linux."""
+    try:
+        lines = Path("/proc/stat").read_text().splitlines()
+        fields = [int(v) for v in lines[0].split()[1:8]]  # user nice system idle iowait irq softirq
+    except (OSError, ValueError, IndexError):
+        return None
+    cores = sum(1 for ln in lines if ln.startswith("cpu") and ln[3:4].isdigit())
+    return sum(fields) - fields[3] - fields[4], sum(fields), cores
+
+
+def pytest_sessionstart(session):
+    session.config.stash[_CPU_START] = (time.monotonic(), _cpu_ticks())
+
+
+def pytest_terminal_summary(terminalreporter, config):
+    """Whether this run was bound by the CPU or by waiting: the whole machine's busy share while it ran,
+    next to `--durations`. On 2 cores a run near 100% gets faster only with less work; one well under it
+    (waits on Ray's health check, a watchdog, a process's exit) has room for overlap."""
+    if hasattr(config, "workerinput") or _CPU_START not in config.stash:
+        return  # an xdist worker: the controller reports for the run
+    t0, start = config.stash[_CPU_START]
+    end = _cpu_ticks()
+    if not (start and end) or end[1] == start[1]:
+        return
+    busy, total = end[0] - start[0], end[1] - start[1]
+    wall, cores = time.monotonic() - t0, end[2]
+    terminalreporter.write_line(f"cpu: {busy / total:.0%} of {cores} cores busy over {wall:.0f} s "
+                                f"(about {busy / total * cores * wall:.0f} core-seconds, every process on the machine)")
 
 
 @pytest.fixture(scope="session")
