@@ -8,29 +8,26 @@ import time
 from importlib import metadata
 from pathlib import Path
 
+import psutil
 import pytest
 
 REPO = Path(__file__).resolve().parents[1]
 SHARED = (REPO / ".." / "shared").resolve()
 
 
-_CPU_START = pytest.StashKey[tuple]()  # (monotonic time, _cpu_ticks()) when the session started
+_CPU_START = pytest.StashKey[tuple]()  # (monotonic time, _cpu_seconds()) when the session started
 
 
-def _cpu_ticks() -> tuple[int, int, int] | None:
-    """(busy, total) jiffies of all cores since boot and the number of cores, from /proc/stat; None off
-    Linux."""
-    try:
-        lines = Path("/proc/stat").read_text().splitlines()
-        fields = [int(v) for v in lines[0].split()[1:8]]  # user nice system idle iowait irq softirq
-    except (OSError, ValueError, IndexError):
-        return None
-    cores = sum(1 for ln in lines if ln.startswith("cpu") and ln[3:4].isdigit())
-    return sum(fields) - fields[3] - fields[4], sum(fields), cores
+def _cpu_seconds() -> tuple[float, float]:
+    """(busy, total) seconds of all cores since boot; iowait counts as idle, as a waiting core is."""
+    t = psutil.cpu_times()
+    idle = t.idle + getattr(t, "iowait", 0.0)
+    busy = t.user + t.nice + t.system + getattr(t, "irq", 0.0) + getattr(t, "softirq", 0.0)
+    return busy, busy + idle
 
 
 def pytest_sessionstart(session):
-    session.config.stash[_CPU_START] = (time.monotonic(), _cpu_ticks())
+    session.config.stash[_CPU_START] = (time.monotonic(), _cpu_seconds())
 
 
 def pytest_terminal_summary(terminalreporter, config):
@@ -40,11 +37,11 @@ def pytest_terminal_summary(terminalreporter, config):
     if hasattr(config, "workerinput") or _CPU_START not in config.stash:
         return  # an xdist worker: the controller reports for the run
     t0, start = config.stash[_CPU_START]
-    end = _cpu_ticks()
-    if not (start and end) or end[1] == start[1]:
-        return
+    end = _cpu_seconds()
     busy, total = end[0] - start[0], end[1] - start[1]
-    wall, cores = time.monotonic() - t0, end[2]
+    if total <= 0:
+        return
+    wall, cores = time.monotonic() - t0, psutil.cpu_count()
     terminalreporter.write_line(f"cpu: {busy / total:.0%} of {cores} cores busy over {wall:.0f} s "
                                 f"(about {busy / total * cores * wall:.0f} core-seconds, every process on the machine)")
 
