@@ -10,6 +10,7 @@ import uuid
 from pathlib import Path
 
 import pytest
+from needs import missing_setup
 
 from npu_rl.platform.doctor import Host
 
@@ -29,16 +30,7 @@ def require_tool(name: str) -> str:
     found = shutil.which(name) or shutil.which(name, path=str(Path(sys.executable).parent))
     if found:
         return found
-    message = f"{name} not found ({INSTALL_HINTS.get(name, 'install it')})"
-    if os.environ.get("CI", "").lower() == "true":
-        pytest.fail(f"{message}; CI must have it")
-    pytest.skip(message)
-
-
-def skip_or_fail(message: str) -> None:
-    if os.environ.get("CI", "").lower() == "true":
-        pytest.fail(f"{message}; CI must be able to run this")
-    pytest.skip(message)
+    missing_setup(f"{name} not found", INSTALL_HINTS.get(name, "install it"))
 
 
 def smi_capture(machine: str) -> str:
@@ -130,7 +122,7 @@ def podman_api(tmp_path_factory: pytest.TempPathFactory):
         host = service.__enter__()
     except UserError as err:
         shutil.rmtree(runroot, ignore_errors=True)
-        skip_or_fail(str(err))
+        missing_setup(str(err), "podman (apt-get install podman; .ci/apt-packages.txt)")
     try:
         yield host
     finally:

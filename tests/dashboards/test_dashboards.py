@@ -15,6 +15,7 @@ import urllib.request
 from pathlib import Path
 
 import pytest
+from needs import missing_setup
 
 from npu_rl.cluster.probe import free_port
 from npu_rl.dashboards import answers, chart_links, running, state_file
@@ -55,9 +56,7 @@ def _get(url: str):
 def test_dashboards_show_the_runs_metrics_and_the_report_links_them(run_dir, tmp_path):
     browser, driver = executables()
     if not (browser and driver):
-        if os.environ.get("CI", "").lower() == "true":
-            pytest.fail("CI must have chromium and chromium-driver (.ci/apt-packages.txt)")
-        pytest.skip("no chromium/chromedriver: apt-get install chromium chromium-driver")
+        missing_setup("no chromium/chromedriver", "apt-get install chromium chromium-driver (.ci/apt-packages.txt)")
     ports = {"tensorboard": free_port(), "swanlab": free_port()}
     serve = subprocess.Popen([sys.executable, "-m", "npu_rl", "dashboard", "--run", str(run_dir),
                               "--tensorboard-port", str(ports["tensorboard"]), "--swanlab-port", str(ports["swanlab"])],

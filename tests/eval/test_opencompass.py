@@ -15,6 +15,7 @@ from pathlib import Path
 
 import pytest
 from eval_fixtures import write_recipe
+from needs import missing_setup
 
 from npu_rl.cli import main
 from npu_rl.errors import UserError
@@ -322,13 +323,8 @@ def _opencompass() -> str:
     missing one fails instead of skipping."""
     exe = oc.find_executable()
     if exe is None:
-        reason = (
-            "no OpenCompass here: `make eval-venv` creates .venv-eval "
-            f"(or point {oc.EXECUTABLE_ENV} at an opencompass command)"
-        )
-        if os.environ.get("CI"):
-            pytest.fail(f"CI runs OpenCompass for real: {reason}")
-        pytest.skip(reason)
+        missing_setup("no OpenCompass here", f"`make eval-venv` creates .venv-eval (or point {oc.EXECUTABLE_ENV} "
+                      "at an opencompass command)")
     return exe
 
 
@@ -418,6 +414,7 @@ def test_opencompass_failing_model_is_one_error_line(tmp_path, tiny_models, comp
     assert not (tmp_path / "eval" / "eval_table.csv").exists()
 
 
+@pytest.mark.setup
 def test_eval_environment_is_the_eval_lock():
     """`make eval-venv` installs configs/locks/eval.txt as it is: every locked package at its pin."""
     from npu_rl.envs import locks

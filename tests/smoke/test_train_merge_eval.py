@@ -1,0 +1,133 @@
+"""`make test`'s one end-to-end run, through the path a user runs: the `npu-rl` command trains the tiny
+recipe for a few steps on its own local Ray head (launcher, patches, reward, supervisor, consistency
+gate), then `npu-rl merge` and `npu-rl eval` read what it wrote. Every process the training started is
+gone when it returns. The longer runs (stops and resumes, clusters and their faults, the demo's learning)
+are in `make test-all`."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import psutil
+import pytest
+
+from npu_rl.cli import main
+from npu_rl.eval.table import CSV_NAME, ResultTable
+from npu_rl.launcher import run_files
+from npu_rl.patches.consistency import METRIC
+from npu_rl.recipe import load_recipe
+from npu_rl.report.scalars import load_run
+
+pytestmark = [pytest.mark.smoke, pytest.mark.timeout(900)]
+
+STEPS = 2
+SETS = {"logging.experiment": "smoke", "algorithm.total_training_steps": STEPS, "checkpoint.save_freq": STEPS,
+        "checkpoint.test_freq": 100}
+ARGS = ["--recipe", "tiny_math_cpu", *[a for k, v in SETS.items() for a in ("--set", f"{k}={v}")]]
+EVAL_LIMIT = 4
+
+
+def _npu_rl() -> str:
+    """The console script pip installed beside this interpreter: what a user types."""
+    exe = Path(sys.executable).with_name("npu-rl")
+    assert exe.is_file(), f"{exe}: npu-rl is not installed in this environment (make venv)"
+    return str(exe)
+
+
+def _train(env: dict[str, str], log: Path) -> tuple[int, set[int]]:
+    """`npu-rl train` as a process; returns its exit code and every process it started, seen while it ran."""
+    seen: set[int] = set()
+    with open(log, "w") as out:
+        proc = subprocess.Popen([_npu_rl(), "train", *ARGS], env=env, stdout=out, stderr=subprocess.STDOUT,
+                                start_new_session=True)
+        try:
+            me = psutil.Process(proc.pid)
+            deadline = time.monotonic() + 600
+            while proc.poll() is None:
+                assert time.monotonic() < deadline, log.read_text()[-3000:]
+                try:
+                    seen.update(c.pid for c in me.children(recursive=True))
+                except psutil.NoSuchProcess:
+                    pass
+                time.sleep(0.5)
+        finally:
+            if proc.poll() is None:
+                os.killpg(proc.pid, 9)
+    return proc.returncode, seen
+
+
+def _left(pids: set[int], started: float) -> list[str]:
+    """The processes among ``pids`` still running (a pid reused by a newer process does not count)."""
+    left = []
+    for pid in pids:
+        try:
+            p = psutil.Process(pid)
+            if p.create_time() <= started + 600 and p.status() != psutil.STATUS_ZOMBIE:
+                left.append(" ".join(p.cmdline()[:4]))
+        except psutil.NoSuchProcess:
+            pass
+    return left
+
+
+def test_train_then_merge_then_eval(tmp_path, monkeypatch, capfd, tiny_model):
+    monkeypatch.setenv("NPU_RL_WORKSPACE", str(tmp_path))
+    recipe = load_recipe("tiny_math_cpu", SETS)
+    tiny_model(run_files.model_dir(recipe), steps=100)
+    assert main(["data", "math", "--from", "sample", "--out", str(tmp_path / "data" / "math-sample")]) == 0
+
+    log = tmp_path / "train.out"
+    env = {**os.environ, "NPU_RL_WORKSPACE": str(tmp_path), "RAY_ADDRESS": ""}
+    started = time.time()
+    code, tree = _train(env, log)
+    out = log.read_text(errors="replace")
+    assert code == 0, out[-4000:]
+
+    # The supervisor stopped what the run started: the local Ray head (GCS, raylet, ...), verl's driver,
+    # the TaskRunner and the FSDP workers.
+    assert len(tree) >= 5, tree  # ray start, GCS, raylet, driver, TaskRunner and workers at least
+    end = time.monotonic() + 15
+    while _left(tree, started) and time.monotonic() < end:
+        time.sleep(0.5)
+    assert _left(tree, started) == []
+
+    # Each step logged once, on the console and in the metrics file, in order.
+    assert sorted(map(int, re.findall(r"\bstep:(\d+) - ", out))) == list(range(1, STEPS + 1))
+    metrics = [json.loads(line) for line in run_files.metrics_file(recipe, 0).read_text().splitlines()]
+    assert [m["step"] for m in metrics] == list(range(1, STEPS + 1))
+    # The reward function the launch named scored the rollouts: its parts reached the logs.
+    scalars = load_run(run_files.log_root(recipe))
+    for tag in ("actor/pg_loss", "critic/score/mean", "reward/acc", "reward/boxed"):
+        assert list(scalars[tag].steps) == list(range(1, STEPS + 1)), tag
+    # The recipe's consistency gate ran at step 1 and passed, and only there.
+    gate = json.loads((run_files.log_root(recipe) / "consistency.json").read_text())
+    assert [s["step"] for s in gate["steps"]] == [1] and gate["steps"][0]["ok"] and gate["error"] is None
+    assert 0 <= metrics[0]["data"][METRIC] <= recipe.consistency.max_probs_diff_mean
+    assert METRIC not in metrics[1]["data"]
+    # The checkpoint is complete: every rank's shards, the dataloader state, the marker.
+    assert run_files.saved_steps(recipe) == [STEPS] and run_files.checkpoint_problem(recipe, STEPS) is None
+
+    capfd.readouterr()
+    assert main(["merge", *ARGS]) == 0
+    merged = run_files.merged_model_dir(recipe, STEPS)
+    from transformers import AutoModelForCausalLM
+
+    model = AutoModelForCausalLM.from_pretrained(merged)
+    base = AutoModelForCausalLM.from_pretrained(run_files.model_dir(recipe))
+    assert model.config.model_type == "qwen2" and set(model.state_dict()) == set(base.state_dict())
+    # Trained: the merged weights are the checkpoint's, not the base model's.
+    assert any(not model.state_dict()[k].equal(base.state_dict()[k]) for k in base.state_dict())
+
+    out_dir = tmp_path / "eval"
+    assert main(["eval", *ARGS, "--limit", str(EVAL_LIMIT), "--out", str(out_dir)]) == 0
+    table = ResultTable.read_csv(out_dir / CSV_NAME)
+    rows = {(r.step, r.metric) for r in table.rows}
+    assert (0, "accuracy") in rows and (STEPS, "accuracy") in rows, table.rows
+    assert all(0.0 <= r.score <= 100.0 for r in table.rows if r.metric == "accuracy")
+    shutil.rmtree(tmp_path / "checkpoints", ignore_errors=True)  # about 100 MB of shards
