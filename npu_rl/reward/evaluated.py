@@ -24,7 +24,9 @@ numerals (``2^{100}``, ``10^{-3}``, ``\\frac{1}{2^{10}}``); scientific notation
 (``6.02 \\times 10^{23}``). Anything with a symbol in it is out of the rule's
 reach and keeps its verdict: radicals, ``\\pi``, ``e``, ``i``, functions, factorials,
 binomials and variables (``3 + 2\\sqrt2``, ``\\frac{\\pi}{2}``, ``2x+3``), so MATH's
-forms ``a + b\\sqrt c`` and multiples of ``\\pi`` stay correct.
+forms ``a + b\\sqrt c`` and multiples of ``\\pi`` stay correct. A numeral to a
+fractional power is a radical too (``51^{1/2}`` is ``\\sqrt{51}``), but only when
+its base is a numeral and its exponent a non-integer numeral or fraction of numerals.
 
 MATH writes its reference answers evaluated: none of the 500 answers of
 MATH-500 is unevaluated by this rule (``tests/reward/test_reward_math500.py``).
@@ -40,7 +42,7 @@ _ARITHMETIC = frozenset({"num", "neg", "add", "mul", "div", "pow", "abs"})
 
 
 def _numerals_only(node: tuple) -> bool:
-    if node[0] not in _ARITHMETIC:
+    if node[0] not in _ARITHMETIC or _radical(node):
         return False
     children = node[1] if node[0] in ("add", "mul") else node[1:]
     return all(_numerals_only(c) for c in children if isinstance(c, tuple))
@@ -48,6 +50,28 @@ def _numerals_only(node: tuple) -> bool:
 
 def _signed(node: tuple) -> tuple:
     return node[1] if node[0] == "neg" else node
+
+
+def _radical(node: tuple) -> bool:
+    """A numeral to a non-integer power written as a numeral or a fraction of numerals:
+    ``51^{1/2}``, ``2^{3/4}``, ``5^{-1/2}``, ``51^{0.5}``.
+
+    A power's exponent is part of a final form: ``51^{1/2}`` is ``\\sqrt{51}`` written
+    another way, not a division left undone, so like a radical it is out of the rule's
+    reach. The base must be a numeral (``(3+4)^{1/2}`` restates ``7``), and an exponent
+    whose value is an integer is not a radical (``2^{2+1}``, ``2^{4/2}`` restate ``8``, ``4``)."""
+    if node[0] != "pow" or node[1][0] != "num":
+        return False
+    exponent = _signed(node[2])
+    if exponent[0] == "num":
+        value = exponent[1]
+    elif exponent[0] == "div" and _signed(exponent[1])[0] == "num" and exponent[2][0] == "num":
+        if exponent[2][1] == 0:
+            return False
+        value = _signed(exponent[1])[1] / exponent[2][1]
+    else:
+        return False
+    return value.denominator != 1
 
 
 def _power(node: tuple) -> bool:

@@ -28,6 +28,9 @@ RESTATED = [
     ("x = 2+3", "5"),  # the value of an answer about x
     ("(2+3, 4)", "(5, 4)"),  # one element of a tuple is enough
     ("\\{1, 1+1\\}", "\\{1, 2\\}"),
+    ("2^{2+1}", "8"),  # an exponent left as arithmetic, with an integer value
+    ("2^{4/2}", "4"),
+    ("(3+4)^{1/2}", "\\sqrt{7}"),  # a fractional power keeps a restated base restated
 ]
 
 EVALUATED = [
@@ -68,6 +71,24 @@ def test_a_restated_computation_earns_nothing_though_its_value_is_right(reward, 
 def test_the_forms_math_answers_in_keep_their_verdict(reward, respond, pred, gt):
     for r in _both(reward, respond, pred, gt):
         assert (r["acc"], r["unevaluated"]) == (1.0, 0.0), r
+
+
+FRACTIONAL_POWERS = [
+    ("51^{1/2}", "\\sqrt{51}"),
+    ("51^{\\frac{1}{2}}", "\\sqrt{51}"),
+    ("51^{0.5}", "\\sqrt{51}"),  # a decimal exponent is a numeral, as a decimal answer is
+    ("2^{3/4}", "\\sqrt[4]{8}"),
+    ("5^{-1/2}", "\\frac{\\sqrt{5}}{5}"),
+    ("x^{1/3}", "\\sqrt[3]{x}"),
+    ("3 \\cdot 2^{1/2}", "3\\sqrt{2}"),  # out of the rule's reach like the radical, as 3\\sqrt2 is
+]
+
+
+@pytest.mark.parametrize("pred, gt", FRACTIONAL_POWERS)
+def test_a_fractional_power_of_a_numeral_is_a_final_form_like_its_radical(reward, respond, pred, gt):
+    """A power's exponent is part of a final form: ``51^{1/2}`` is ``\\sqrt{51}``, not ``1/2`` left undone."""
+    for r in _both(reward, respond, pred, gt):
+        assert (r["acc"], r["score"], r["unevaluated"]) == (1.0, 1.0, 0.0), (pred, gt, r)
 
 
 def test_a_wrong_restated_computation_is_counted_too(reward, respond):
