@@ -1,4 +1,5 @@
-"""`npu-rl recipe validate|show`: check a recipe without running anything."""
+"""`npu-rl recipe validate|show|explain`: check a recipe, or read its documented schema, without running
+anything."""
 
 from __future__ import annotations
 
@@ -10,7 +11,7 @@ from . import options
 
 
 def register(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser("recipe", help="validate or show a recipe")
+    p = sub.add_parser("recipe", help="validate, show or explain a recipe")
     rsub = options.subcommands(p, "ACTION")
     v = rsub.add_parser("validate", help="check the recipe against the schema")
     options.add_recipe(v)
@@ -18,6 +19,10 @@ def register(sub: argparse._SubParsersAction) -> None:
     s = rsub.add_parser("show", help="print the recipe with every default filled in")
     options.add_recipe(s)
     s.set_defaults(func=_show)
+    e = rsub.add_parser("explain", help="print the documented recipe schema (with --recipe: its values too)")
+    options.add_recipe(e, required=False, help=f"{options.RECIPE_HELP}: show its values beside the defaults")
+    e.add_argument("field", nargs="?", metavar="FIELD", help="dotted field or section to narrow to (algorithm.lr)")
+    e.set_defaults(func=_explain)
 
 
 def _validate(args: argparse.Namespace) -> int:
@@ -27,4 +32,14 @@ def _validate(args: argparse.Namespace) -> int:
 
 def _show(args: argparse.Namespace) -> int:
     print(yaml.safe_dump(options.load(args).model_dump(mode="json"), sort_keys=False), end="")
+    return 0
+
+
+def _explain(args: argparse.Namespace) -> int:
+    from ..errors import UserError
+    from ..recipe.explain import render
+
+    if args.set and not args.recipe:
+        raise UserError("recipe explain: --set needs --recipe (the recipe whose fields it overrides)")
+    print(render(args.field, options.load(args)))
     return 0
