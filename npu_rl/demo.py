@@ -15,7 +15,7 @@ from pathlib import Path
 
 RECIPE = "tiny_math_cpu"
 
-# GRPO steps of `make demo` and the cpu-demo service: enough for the held-out gain (README).
+# GRPO steps of `make demo` and the cpu-demo service: enough for the held-out gain (docs/demo.md).
 DEFAULT_STEPS = 64
 # Teacher-forcing steps of the demo's warm start: at 1000 the base model copied one number in eight
 # wrong, which capped what GRPO could reach at ~83%; at 2000, one in twenty.

@@ -1,7 +1,7 @@
 """Every exit code an npu-rl process ends with, in one table.
 
 The rendered Volcano and KubeRay manifests read it (which codes restart a job and
-which abort it), the README's "When a run fails on a cluster" table and the tests
+which abort it), docs/clusters.md's "When a run fails on a cluster" table and the tests
 read it; nothing restates a number.
 """
 

@@ -182,7 +182,7 @@ def context(recipe: Recipe, target: str, opts: K8sOptions) -> dict:
         "head_args": head_args,
         "worker_args": worker_args,
         "entrypoint": " ".join(wait) + " && " + " ".join(train),
-        # Volcano's job policies match the pod's exit code (npu_rl.exit_codes, README "When a run fails").
+        # Volcano's job policies match the pod's exit code (npu_rl.exit_codes, docs/clusters.md "When a run fails").
         "restart_codes": [{"code": int(c), "name": c.name} for c in exit_codes.RESTART],
         "abort_codes": [{"code": int(c), "name": c.name, "why": exit_codes.ABORT_WHY[c]} for c in exit_codes.ABORT],
         "ray_version": versions.get("common.ray"),

@@ -382,7 +382,7 @@ def test_render_all_writes_the_k8s_directory(tmp_path: Path, monkeypatch):
 def test_the_readme_exit_code_table_is_the_exit_table(repo_root: Path):
     from npu_rl.exit_codes import Exit
 
-    text = (repo_root / "README.md").read_text(encoding="utf-8")
+    text = (repo_root / "docs" / "clusters.md").read_text(encoding="utf-8")
     section = text[text.index("## When a run fails on a cluster"):]
     rows = [line.split("|") for line in section.splitlines() if line.startswith("| ") and "`" in line]
     table = {cells[2].strip().strip("`"): int(cells[1]) for cells in rows if cells[1].strip().isdigit()}
