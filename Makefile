@@ -107,7 +107,7 @@ NPU_VENV ?= .venv-npu
 NPU_STAMP := $(NPU_VENV)/.installed
 npu-stack: $(NPU_STAMP)
 
-$(NPU_STAMP): $(LOCKS)/npu-base.txt $(LOCKS)/npu.txt pyproject.toml npu_rl/envs/ascend_base.py | $(STAMP)
+$(NPU_STAMP): $(LOCKS)/npu-base.txt $(LOCKS)/npu.txt pyproject.toml npu_rl/envs/ascend_base.py npu_rl/envs/base_layer.py | $(STAMP)
 	$(BIN)/python -m npu_rl.envs.ascend_base build $(NPU_VENV)
 	$(NPU_VENV)/bin/python -m pip install --progress-bar off --no-deps --require-hashes -r $(LOCKS)/npu.txt
 	$(NPU_VENV)/bin/python -m pip install -q --no-deps -e .

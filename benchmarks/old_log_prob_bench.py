@@ -21,8 +21,8 @@ import sys
 import time
 from pathlib import Path
 
+from npu_rl import run_files
 from npu_rl.cli import main as npu_rl
-from npu_rl.launcher import run_files
 from npu_rl.recipe import load_recipe
 from npu_rl.report.scalars import load_run
 

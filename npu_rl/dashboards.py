@@ -27,7 +27,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterator
 
+from .cluster.probe import port_free
 from .errors import UserError
+from .run_files import backend_dir
 
 STATE_PREFIX = ".dashboard-"
 DEFAULT_HOST = "127.0.0.1"
@@ -68,8 +70,6 @@ def _executable(kind: str) -> str:
 
 def logdir(run_dir: Path, kind: str) -> Path:
     """The run's log folder that dashboard ``kind`` reads: where the launcher points that backend."""
-    from .launcher.run_files import backend_dir
-
     return backend_dir(run_dir, kind)
 
 
@@ -89,8 +89,6 @@ def wait_for_logs(run_dir: Path, kinds: tuple[str, ...], *, log=print, poll: flo
 def plan(run_dir: Path, kinds: tuple[str, ...], host: str, ports: dict[str, int]) -> list[Dashboard]:
     """The dashboards to serve for ``run_dir`` (``kinds`` empty: each whose logs are there); a missing
     log folder or a busy port is the user's error, said before anything starts."""
-    from .cluster.probe import port_free
-
     if not run_dir.is_dir():
         raise UserError(f"run directory not found: {run_dir}")
     if not kinds:

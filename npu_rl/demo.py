@@ -13,13 +13,13 @@ import sys
 import time
 from pathlib import Path
 
-RECIPE = "tiny_math_cpu"
+from . import run_files
+from .cli import main as npu_rl
+from .defaults import DEMO_STEPS, DEMO_WARM_START_STEPS
+from .eval.table import CSV_NAME, ResultTable
+from .recipe import load_recipe
 
-# GRPO steps of `make demo` and the cpu-demo service: enough for the held-out gain (docs/demo.md).
-DEFAULT_STEPS = 64
-# Teacher-forcing steps of the demo's warm start: at 1000 the base model copied one number in eight
-# wrong, which capped what GRPO could reach at ~83%; at 2000, one in twenty.
-WARM_START_STEPS = 1600
+RECIPE = "tiny_math_cpu"
 
 
 def _step(title: str) -> None:
@@ -27,23 +27,19 @@ def _step(title: str) -> None:
 
 
 def _job(argv: list[str], ok_codes: tuple[int, ...] = (0,)) -> int:
-    from .cli import main
-
     print("$ npu-rl " + " ".join(argv), flush=True)
-    code = main(argv)
+    code = npu_rl(argv)
     if code not in ok_codes:
         print(f"demo: `npu-rl {' '.join(argv)}` failed with exit code {code}", file=sys.stderr)
         raise SystemExit(code)
     return code
 
 
-def run(workdir: Path, steps: int, eval_limit: int, fresh: bool, warm_start_steps: int = WARM_START_STEPS) -> int:
+def run(workdir: Path, steps: int, eval_limit: int, fresh: bool,
+        warm_start_steps: int = DEMO_WARM_START_STEPS) -> int:
     workdir = workdir.resolve()
     workdir.mkdir(parents=True, exist_ok=True)
     os.environ["NPU_RL_WORKSPACE"] = str(workdir)
-    from .launcher import run_files
-    from .recipe import load_recipe
-
     recipe = load_recipe(RECIPE, {"algorithm.total_training_steps": steps})
     if fresh:
         import shutil
@@ -99,10 +95,7 @@ def run(workdir: Path, steps: int, eval_limit: int, fresh: bool, warm_start_step
 
 def accuracy_gain(recipe, metric: str = "accuracy") -> tuple[float, float, int]:
     """(base, trained, step) held-out ``metric`` in percent, read back from the table `npu-rl eval` wrote."""
-    from .commands.eval import default_out
-    from .eval.table import CSV_NAME, ResultTable
-
-    table = ResultTable.read_csv(default_out(recipe) / CSV_NAME)
+    table = ResultTable.read_csv(run_files.eval_dir(recipe) / CSV_NAME)
     (delta,) = [d for d in table.deltas() if d.metric == metric]
     return delta.baseline, delta.score, delta.step
 
@@ -112,7 +105,6 @@ ANSWER_LABELS = {"boxed": "boxed answers", "boxed accuracy": "right among boxed"
 
 def _summary(recipe, timings: dict[str, float], total: float, report, gain: tuple[float, float, int],
              answers: dict[str, tuple[float, float, int]] | None = None) -> None:
-    from .launcher import run_files
     from .report.scalars import load_run
 
     series = load_run(run_files.log_root(recipe))
@@ -151,9 +143,9 @@ def _summary(recipe, timings: dict[str, float], total: float, report, gain: tupl
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m npu_rl.demo", description=__doc__.splitlines()[0])
     p.add_argument("--workdir", type=Path, default=Path("workspace/demo"))
-    p.add_argument("--steps", type=int, default=DEFAULT_STEPS, help="GRPO steps to train")
+    p.add_argument("--steps", type=int, default=DEMO_STEPS, help="GRPO steps to train")
     p.add_argument("--eval-limit", type=int, default=64, help="held-out problems to evaluate")
-    p.add_argument("--warm-start-steps", type=int, default=WARM_START_STEPS,
+    p.add_argument("--warm-start-steps", type=int, default=DEMO_WARM_START_STEPS,
                    help="teacher-forcing steps of the tiny model's warm start (fewer: a quicker, weaker base)")
     p.add_argument("--resume", action="store_true", help="keep earlier checkpoints and logs (resume training)")
     args = p.parse_args(argv)

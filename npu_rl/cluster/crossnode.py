@@ -31,6 +31,7 @@ from pathlib import Path
 
 from ..errors import UserError
 from ..exit_codes import Exit
+from ..platform import cann
 from .network import IFNAME_VARS
 
 PACKAGES = ("npu-rl", "verl", "torch", "torch_npu", "transformers")
@@ -60,8 +61,6 @@ def _version(dist: str) -> str | None:
 
 
 def local_facts(node_ip: str, node_id: str, exclude: frozenset[str] = frozenset()) -> NodeFacts:
-    from ..platform import cann
-
     versions = {p: _version(p) for p in PACKAGES}
     root = cann.ascend_root()
     versions["CANN"] = cann.toolkit_version(root)

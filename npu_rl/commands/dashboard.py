@@ -33,7 +33,7 @@ def run(args: argparse.Namespace) -> int:
     from ..cluster import proctree
     from ..dashboards import KINDS, log_tail, plan, serve, wait_for_logs
     from ..errors import UserError
-    from ..launcher.run_files import log_root
+    from ..run_files import log_root
 
     if args.run is None and args.recipe is None:
         raise UserError("give --run DIR, or --recipe R to serve that recipe's run")

@@ -1,4 +1,5 @@
-"""`npu-rl doctor --recipe R [--job train|merge|eval]`: the preflight checks as a table."""
+"""`npu-rl doctor --recipe R [--job train|merge|eval]`: the preflight checks as a table, this host's
+(npu_rl.platform.doctor) and then the job's own (npu_rl.launcher.preflight)."""
 
 from __future__ import annotations
 
@@ -25,7 +26,7 @@ def run(args: argparse.Namespace) -> int:
     from rich.markup import escape
     from rich.table import Table
 
-    from ..platform.doctor import run_checks
+    from ..launcher.preflight import run_checks
 
     recipe = options.load(args)
     results = run_checks(recipe, args.job, ports=args.free_ports)

@@ -12,9 +12,9 @@ import shlex
 from pathlib import Path
 
 from ..errors import UserError
-from ..launcher.run_files import log_root
-from ..launcher.run_files import resolve as _resolve
 from ..recipe.schema import Recipe
+from ..run_files import eval_dir
+from ..run_files import resolve as _resolve
 from . import options
 
 
@@ -42,11 +42,6 @@ def register(sub: argparse._SubParsersAction) -> None:
         "--max-out-len", type=int, default=None, help="opencompass: max_out_len of the model configs (default 1024)"
     )
     p.set_defaults(func=run)
-
-
-def default_out(recipe: Recipe) -> Path:
-    """Next to the run's logs, where `npu-rl report --run <log root>` finds the table."""
-    return log_root(recipe) / "eval"
 
 
 def model_name(recipe: Recipe) -> str:
@@ -109,7 +104,7 @@ def run(args: argparse.Namespace) -> int:
         raise UserError(f"OpenCompass's math_gen_a58d9d evaluates MATH; the recipe trains on {recipe.data.format}: "
                         "pass --set data.format=math-lighteval --set data.source_dir=<MATH-lighteval directory>")
     baseline, trained, step = _models(args, recipe)
-    out = args.out or default_out(recipe)
+    out = args.out or eval_dir(recipe)
     name = model_name(recipe)
     if backend == "local":
         table = _run_local(args, recipe, baseline, trained, step, name, out)

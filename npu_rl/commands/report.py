@@ -37,8 +37,8 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from ..errors import UserError
-    from ..launcher.run_files import log_root
     from ..report import build_report
+    from ..run_files import log_root
 
     if args.compare:
         return compare(args)
@@ -57,8 +57,8 @@ def run(args: argparse.Namespace) -> int:
 def _run_and_recipe(arg: str, recipe, args: argparse.Namespace):
     """A --compare operand: a run directory (its recipe: --recipe), or a recipe, whose log root is the run."""
     from ..errors import UserError
-    from ..launcher.run_files import log_root
     from ..recipe import load_recipe, parse_set_args
+    from ..run_files import log_root
 
     path = Path(arg)
     if path.is_dir():

@@ -10,7 +10,7 @@ it was generated from, so a test can tell when one is stale:
 
 The base image's own Python layer (``ascend.base_image``: vLLM built with the empty target,
 vllm-ascend, torch_npu) is locked as ``npu-base``, what the stand-in of that image installs
-(npu_rl.envs.ascend_base reads vLLM's requirements from its sdist). The Ascend locks, what
+(npu_rl.envs.base_layer reads vLLM's requirements from its sdist). The Ascend locks, what
 npu-rl installs *on top of* that image, are resolved together with the base layer's
 requirements (vLLM's, vllm-ascend's, torch_npu's, and all they need), so no version they
 install breaks one of them (vLLM pins lark 1.2.2, say), and then leave out what only the base
@@ -40,6 +40,7 @@ from packaging.utils import canonicalize_name
 from .. import versions
 from ..paths import project_root
 from . import pipconf
+from .base_layer import base_requirements, fetch_sdist, sdist_pin
 
 LOCK_DIR = "configs/locks"
 # The CPU environments are locked for the machines that build and run them: Linux on x86_64
@@ -69,7 +70,7 @@ class Env:
     torch_index: str | None = None
     # Requirements that replace every other requirement on the same package (uv --override).
     overrides: tuple[str, ...] = ()
-    # The base image's Python layer (npu_rl.envs.ascend_base.base_requirements, read from the
+    # The base image's Python layer (npu_rl.envs.base_layer.base_requirements, read from the
     # pinned vLLM sdist, which the digest names with its sha256): "is" for the lock of that
     # layer, "over" for a lock resolved together with it that leaves out what only it needs.
     base_layer: str | None = None
@@ -185,8 +186,6 @@ def base_layer_requirements(env: Env) -> list[str]:
     Reads the pinned vLLM sdist: fetched once and hash-checked."""
     if env.base_layer is None:
         return []
-    from .ascend_base import base_requirements, fetch_sdist, sdist_pin
-
     return base_requirements(fetch_sdist(*sdist_pin()), build=env.base_layer == "is")
 
 
@@ -207,8 +206,6 @@ def inputs_digest(env: Env) -> str:
         if not data[key]:
             data.pop(key)
     if env.base_layer:
-        from .ascend_base import sdist_pin
-
         data["sdist"] = sdist_pin()
     data["python"] = PYTHON
     data["uv"] = str(versions.get("tools.uv"))

@@ -6,8 +6,8 @@ import re
 from pathlib import Path
 
 from ..errors import UserError
-from ..launcher.run_files import checkpoint_root, latest_step, merged_model_dir
 from ..recipe.schema import Recipe
+from ..run_files import checkpoint_root, latest_step, merged_model_dir
 
 _STEP_DIR = re.compile(r"global_step_(\d+)$")
 

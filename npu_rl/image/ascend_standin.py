@@ -17,6 +17,7 @@ from typing import Any
 from .. import versions
 from ..envs import ascend_base
 from ..errors import UserError
+from .api import build_image, serve_files
 from .base import ensure_base
 
 DOCKERFILE = "docker/Dockerfile.ascend-standin"
@@ -49,8 +50,6 @@ def ensure(client: Any, root: Path, *, nocache: bool = False, verbose: bool = Fa
     """The stand-in's tag, built (again) every time: its layers are cached, so a build whose inputs (the
     lock, the pins, the .pth line, the Dockerfile) are unchanged takes seconds, and one whose inputs
     changed is never served an old base."""
-    from .build import build_image, serve_files
-
     ref = tag()
     debian = ensure_base(client, None, log=log)
     try:

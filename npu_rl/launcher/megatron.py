@@ -15,8 +15,8 @@ from ..errors import UserError
 from ..recipe.schema import Recipe
 from ..reshard.layout import InferLayout, TrainLayout
 from ..reshard.planner import BUCKET_ENV
-from .overrides import hydra_value
-from .run_files import resolve
+from ..run_files import resolve
+from .hydra import hydra_value
 
 ACTOR = "actor_rollout_ref.actor.megatron"
 REF = "actor_rollout_ref.ref.megatron"

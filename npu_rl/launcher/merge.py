@@ -6,14 +6,13 @@ import subprocess
 import sys
 from pathlib import Path
 
+from .. import run_files
 from ..errors import UserError
 from ..recipe.schema import Recipe
-from . import run_files
+from .preflight import preflight
 
 
 def merge(recipe: Recipe, step: int | None = None) -> Path:
-    from ..platform.doctor import preflight
-
     preflight(recipe, for_job="merge")
     steps = run_files.saved_steps(recipe)
     for skipped, problem in run_files.damaged_steps(recipe):

@@ -3,37 +3,15 @@
 from __future__ import annotations
 
 import json
-import re
 from pathlib import Path
 from typing import Any
 
+from .. import run_files
+from ..patches.consistency import ENV as CONSISTENCY_ENV
+from ..patches.old_log_prob import hydra_overrides as old_log_prob_overrides
 from ..recipe.schema import Recipe
-from . import run_files
-
-_BARE = re.compile(r"^[A-Za-z0-9_./\-:+@~]+$")
-
-
-def quoted(text: str) -> str:
-    """A string as a quoted hydra value: it stays a string (``'300'``, not 300) whatever it holds."""
-    return "'" + text.replace("\\", "\\\\").replace("'", "\\'") + "'"
-
-
-def hydra_value(value: Any) -> str:
-    """Format a Python value with hydra's override grammar."""
-    if isinstance(value, bool):
-        return "True" if value else "False"
-    if value is None:
-        return "null"
-    if isinstance(value, (int, float)):
-        return repr(value)
-    if isinstance(value, (list, tuple)):
-        return "[" + ",".join(hydra_value(v) for v in value) + "]"
-    if isinstance(value, dict):
-        return "{" + ",".join(f"{k}:{hydra_value(v)}" for k, v in value.items()) + "}"
-    text = str(value)
-    if _BARE.match(text) and text not in ("True", "False", "null", "true", "false"):
-        return text
-    return quoted(text)
+from .hydra import hydra_value
+from .megatron import megatron_env, megatron_overrides, megatron_patches
 
 
 def reward_function_path(recipe: Recipe) -> str:
@@ -162,13 +140,9 @@ def build_overrides(recipe: Recipe, resume_from: Path | None = None, restart: bo
     if m.attn_implementation:
         out.append(f"+actor_rollout_ref.model.override_config.attn_implementation={m.attn_implementation}")
     if not recipe.optimizations.recompute_old_log_prob:
-        from ..patches.old_log_prob import hydra_overrides
-
         # verl's actor dataclasses lack the key; the patch's subclasses carry it.
-        out += hydra_overrides(act.strategy)
+        out += old_log_prob_overrides(act.strategy)
     if act.strategy == "megatron":
-        from .megatron import megatron_overrides
-
         out += megatron_overrides(recipe)
     out += rollout_engine_overrides(recipe)
     out += _platform_overrides(recipe)
@@ -246,8 +220,6 @@ def patches_for(recipe: Recipe) -> list[str]:
     if recipe.rollout.expert_parallel:
         names.append("vllm_dp")
     if recipe.actor.strategy == "megatron":
-        from .megatron import megatron_patches
-
         names += megatron_patches(recipe)
     return names
 
@@ -271,19 +243,15 @@ def run_env(recipe: Recipe, start_step: int | None) -> dict[str, str]:
         # for both verl and Ray.
         env["RAY_EXPERIMENTAL_NOSET_ASCEND_RT_VISIBLE_DEVICES"] = ""
     if recipe.consistency_gated:
-        from ..patches.consistency import ENV
-
         c = recipe.consistency
-        env[ENV] = json.dumps({"every": c.every, "max_probs_diff_mean": c.max_probs_diff_mean})
+        env[CONSISTENCY_ENV] = json.dumps({"every": c.every, "max_probs_diff_mean": c.max_probs_diff_mean})
     if recipe.rollout.expert_parallel:
         # vLLM 0.9.1's ParallelConfig falls back to VLLM_DP_* when its engine argument is left at 1
         # (npu_rl.patches.vllm_dp); that patch derives each rank's VLLM_DP_RANK / master from this.
         env["VLLM_DP_SIZE"] = str(recipe.rollout.data_parallel_size)
     if recipe.actor.strategy == "megatron":
-        from .megatron import megatron_env
-
         env.update(megatron_env(recipe))
     return env
 
 
-__all__ = ["build_overrides", "hydra_value", "patches_for", "quoted", "run_env"]
+__all__ = ["build_overrides", "patches_for", "run_env"]

@@ -1,16 +1,42 @@
-"""Cheap checks that must pass before Ray or verl start (one clear line on failure)."""
+"""Preflight: what must hold before Ray or verl start (one clear line on failure).
+
+The host's checks (verl, torch_npu, CANN, driver, devices, HBM, shm) are npu_rl.platform.doctor's;
+a job's own checks (disk, model, data, checkpoints, ports) and which of them each job runs are here.
+``run_checks`` returns one result per check, the host's first, for `npu-rl doctor`'s table;
+``preflight`` is what jobs call before starting Ray: it raises ``UserError`` with the first
+failure's one-line fix. ``check_launch`` is a training launch's whole preflight: the model, the
+data's columns and rows, the reward file, the table's checks and verl's composed config.
+"""
 
 from __future__ import annotations
 
+import sys
+from collections.abc import Collection
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Callable, Iterable
 
+from .. import run_files
+from ..cluster.probe import port_free
 from ..errors import UserError
 from ..model.fetch import check_model_dir
+from ..platform.doctor import CheckResult, Context, GiB, Host, fail, gib, ok, run_host_checks
 from ..recipe.schema import Recipe
-from . import run_files
+from .overrides import reward_function_path
+from .verl_config import check_argv
+
+JOBS = ("train", "merge", "eval")
 
 # verl's RLHFDataset reads these; the reward manager needs reward_model.ground_truth.
 REQUIRED_DATA_COLUMNS = ("data_source", "reward_model")
+# An FSDP checkpoint holds fp32 weights (2x the bf16 files), two Adam moments
+# (4x) and an HF copy (1x): about 7x the model's weight files per saved step.
+CHECKPOINT_FACTOR = 7
+# HCCL opens this many host ports from HCCL_IF_BASE_PORT.
+HCCL_PORT_SPAN = 16
+
+
+# --- the launch: the data's columns and rows, the reward file -------------------------------
 
 
 def check_data_file(path: Path, prompt_key: str, field: str) -> int:
@@ -44,8 +70,6 @@ def check_reward(recipe: Recipe) -> None:
     """The reward file exists and defines the function verl will look up (read with ast, not imported)."""
     import ast
 
-    from .overrides import reward_function_path
-
     path = Path(reward_function_path(recipe))
     if not path.is_file():
         raise UserError(f"reward.function: file not found: {path}")
@@ -60,6 +84,131 @@ def check_reward(recipe: Recipe) -> None:
         raise UserError(f"reward.name: {path} defines no {recipe.reward.name!r}")
 
 
+# --- the job's checks, one row each of the doctor's table -----------------------------------
+
+
+@dataclass
+class JobContext(Context):
+    """The host checks' context and the ports the job needs free."""
+
+    ports: tuple[int, ...] = ()
+
+
+def _existing_parent(path: Path) -> Path:
+    while not path.exists() and path != path.parent:
+        path = path.parent
+    return path
+
+
+def _weights_bytes(model_dir: Path) -> int:
+    return sum(p.stat().st_size for pat in ("*.safetensors", "*.bin") for p in model_dir.glob(pat))
+
+
+def check_disk(ctx: JobContext) -> CheckResult:
+    target = run_files.resolve(ctx.recipe.checkpoint.dir)
+    weights = _weights_bytes(run_files.model_dir(ctx.recipe))
+    factor = CHECKPOINT_FACTOR if ctx.job == "train" else 2  # merge writes one fp32 HF copy
+    need = max(weights * factor, GiB)
+    free = ctx.host.disk_usage(_existing_parent(target))[2]
+    if free < need:
+        return fail("disk", f"{gib(free)} free at {target}, a checkpoint needs about {gib(need)}",
+                    "free space there or point checkpoint.dir at a larger volume")
+    return ok("disk", f"{gib(free)} free at {target}")
+
+
+def check_model(ctx: JobContext) -> CheckResult:
+    path = run_files.model_dir(ctx.recipe)
+    try:
+        check_model_dir(path)
+    except UserError as err:
+        return fail("model", f"not ready at {path}", str(err))
+    return ok("model", str(path))
+
+
+def check_data_present(ctx: JobContext) -> CheckResult:
+    """The job's data files exist (what is in them: :func:`check_data`, at launch)."""
+    files = list(ctx.recipe.data.val_files)
+    if ctx.job == "train":
+        files = list(ctx.recipe.data.train_files) + files
+    for f in files:
+        path = run_files.resolve(f)
+        if not path.is_file():
+            return fail("data", f"{path} missing", f"run `npu-rl prepare --recipe {ctx.recipe.name}`")
+    return ok("data", f"{len(files)} file(s)")
+
+
+def check_checkpoints(ctx: JobContext) -> CheckResult:
+    steps = run_files.saved_steps(ctx.recipe)
+    root = run_files.checkpoint_root(ctx.recipe)
+    if not steps:
+        damaged = "".join(f"; global_step_{s} is incomplete: {p}" for s, p in run_files.damaged_steps(ctx.recipe))
+        return fail("checkpoints", f"none under {root}{damaged}",
+                    f"train first: `npu-rl train --recipe {ctx.recipe.name}`")
+    return ok("checkpoints", f"steps {', '.join(map(str, steps))}")
+
+
+def required_ports(ctx: JobContext) -> list[int]:
+    ports = list(ctx.ports)
+    base = ctx.recipe.env.get("HCCL_IF_BASE_PORT")
+    if ctx.npu and ctx.job == "train" and base and base.isdigit():
+        ports += range(int(base), int(base) + HCCL_PORT_SPAN)
+    return ports
+
+
+def check_ports(ctx: JobContext) -> CheckResult:
+    ports = required_ports(ctx)
+    busy = [p for p in ports if not port_free(p)]
+    if busy:
+        return fail("ports", f"port {busy[0]} in use",
+                    f"stop the process listening on {busy[0]} (ss -ltnp) or change the port in the recipe env")
+    return ok("ports", f"{len(ports)} free" if ports else "none needed")
+
+
+JobCheck = Callable[[JobContext], CheckResult]
+# Which of its own checks a job runs, after the host's (npu_rl.platform.doctor.HOST_CHECKS).
+JOB_CHECKS: dict[str, list[JobCheck]] = {
+    "train": [check_model, check_data_present, check_disk, check_ports],
+    "eval": [check_model, check_data_present],
+    "merge": [check_checkpoints, check_disk],
+}
+
+
+def run_checks(
+    recipe: Recipe,
+    for_job: str = "train",
+    *,
+    host: Host | None = None,
+    ports: Iterable[int] = (),
+    checked: Collection[JobCheck] = (),
+) -> list[CheckResult]:
+    """The host's checks and the job's, in that order; ``checked``: job checks the caller has made already."""
+    if for_job not in JOB_CHECKS:
+        raise ValueError(f"unknown job {for_job!r} (expected one of {', '.join(JOBS)})")
+    ctx = JobContext(recipe, for_job, host or Host(), tuple(ports))
+    return run_host_checks(ctx) + [check(ctx) for check in JOB_CHECKS[for_job] if check not in checked]
+
+
+def _warn(message: str) -> None:
+    print(f"npu-rl: warning: {message}", file=sys.stderr)
+
+
+def preflight(
+    recipe: Recipe,
+    *,
+    for_job: str,
+    host: Host | None = None,
+    ports: Iterable[int] = (),
+    warn: Callable[[str], None] = _warn,
+    checked: Collection[JobCheck] = (),
+) -> None:
+    """Raise ``UserError`` naming the first failed check and its fix; warnings go to ``warn``."""
+    for result in run_checks(recipe, for_job, host=host, ports=ports, checked=checked):
+        if result.status == "fail":
+            raise UserError(f"{result.name}: {result.detail}; fix: {result.fix}")
+        if result.status == "warn":
+            warn(f"{result.name}: {result.detail}")
+
+
 def check_launch(spec, recipe: Recipe, ports=(), host: bool = True) -> None:
     """Everything that must hold before Ray starts, checked on the launch that will run.
 
@@ -69,13 +218,6 @@ def check_launch(spec, recipe: Recipe, ports=(), host: bool = True) -> None:
     check_data(recipe)
     check_reward(recipe)
     if host:
-        _platform_checks(recipe, "train", ports)
-    from .verl_config import check_argv
-
+        # The model and the data files are checked above, the data more closely than the table's row.
+        preflight(recipe, for_job="train", ports=ports, checked=(check_model, check_data_present))
     check_argv(spec.argv)
-
-
-def _platform_checks(recipe: Recipe, job: str, ports=()) -> None:
-    from ..platform.doctor import preflight
-
-    preflight(recipe, for_job=job, ports=ports)

@@ -15,13 +15,13 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
+from .. import run_files
 from ..errors import UserError
 from ..exit_codes import Exit
 from ..model.fetch import check_model_dir, fetch_for_recipe
 from ..model.fp8_cast import WEIGHT_INDEX, copy_hf_side_files
 from ..recipe.schema import Recipe
 from . import megatron
-from . import run_files
 
 # Conversion tools name their output directory with a flag starting with this
 # (npu-rl model fp8-cast's --output-bf16-hf-path, verl's --output_path).

@@ -29,9 +29,15 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from .. import run_files
+from ..cluster.raynode import registered_resources
+from ..patches import env_for
+from ..patches.attest import ATTEST_ENV
+from ..patches.consistency import FILE_ENV
+from ..patches.rehearse import NODES_ENV, REPORT_ENV
 from ..recipe.schema import Recipe
-from . import run_files
-from .overrides import build_overrides, patches_for, quoted, run_env
+from .hydra import quoted
+from .overrides import build_overrides, patches_for, run_env
 
 ENTRY_MODULE = "verl.trainer.main_ppo"
 RUNTIME_ENV_PREFIX = "+ray_kwargs.ray_init.runtime_env.env_vars."
@@ -90,18 +96,12 @@ def hydra_args(argv: Sequence[str]) -> tuple[str, list[str]]:
 def cluster_nodes(recipe: Recipe) -> list[dict[str, float]]:
     """The custom resources of each node of the recipe's cluster, as `npu-rl ray head|worker` register them
     (on CPU the ``--devices`` count registers worker slots, see npu_rl.patches.cpu_platform)."""
-    from ..cluster.raynode import registered_resources
-
     res = recipe.resources
     return [registered_resources(res.devices_per_node) for _ in range(res.nnodes)]
 
 
 def build_launch(recipe: Recipe, *, python: str | None = None, rehearse: bool = False) -> LaunchSpec:
     """The one launch of ``recipe``; ``rehearse`` stops verl where devices would be allocated."""
-    from ..patches import env_for
-    from ..patches.attest import ATTEST_ENV
-    from ..patches.rehearse import NODES_ENV, REPORT_ENV
-
     start_step, resume_from, restart, notes = _resume_point(recipe)
     log_dir = run_files.log_root(recipe)
     attest_file = log_dir / "workers.json"
@@ -110,8 +110,6 @@ def build_launch(recipe: Recipe, *, python: str | None = None, rehearse: bool = 
     env[ATTEST_ENV] = str(attest_file)
     consistency_file = None
     if recipe.consistency_gated:
-        from ..patches.consistency import FILE_ENV
-
         consistency_file = log_dir / "consistency.json"
         env[FILE_ENV] = str(consistency_file)
     report = None

@@ -19,6 +19,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
+from .. import run_files
 from ..cluster import proctree
 from ..cluster.crossnode import check_cluster
 from ..cluster.membership import connected
@@ -26,8 +27,8 @@ from ..cluster.nodewatch import Departure, NodeWatch
 from ..errors import UserError
 from ..exit_codes import Exit
 from ..patches.consistency import verdict_error
+from ..platform import devices
 from ..recipe.schema import Recipe
-from . import run_files
 from .preflight import check_launch
 from .ray_local import LocalRayHead
 from .spec import LaunchSpec, build_launch
@@ -115,8 +116,6 @@ def run_training(recipe: Recipe, *, ray_port: int | None = None) -> TrainResult:
 
 def _select_npus(needed: int) -> tuple[int, dict[str, str]]:
     """This host's NPUs for the run (``NPU_DEVICES`` narrows the choice): count and visibility env."""
-    from ..platform import devices
-
     found = devices.discover()
     selected = devices.select(found, needed, os.environ.get("NPU_DEVICES"))
     return len(selected), devices.visible_devices_env(selected, found)

@@ -12,6 +12,8 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import UserError
+from ..patches.old_log_prob import check_config as check_old_log_prob
+from .spec import build_launch, hydra_args
 
 
 def verl_config_dir() -> Path:
@@ -97,8 +99,6 @@ def validate_with_verl(cfg) -> None:
 
     from hydra.errors import InstantiationException
 
-    from ..patches.old_log_prob import check_config as check_old_log_prob
-
     use_ref = bool(cfg.actor_rollout_ref.actor.use_kl_loss or cfg.algorithm.use_kl_in_reward)
     use_critic = cfg.algorithm.adv_estimator == "gae"
     try:
@@ -118,8 +118,6 @@ def validate_with_verl(cfg) -> None:
 
 def check_argv(argv) -> Any:
     """Compose exactly the ``python -m verl.trainer.main_ppo`` argv of a launch, as hydra will, and validate it."""
-    from .spec import hydra_args
-
     name, overrides = hydra_args(argv)
     cfg = compose_verl_config(overrides, name)
     validate_with_verl(cfg)
@@ -128,6 +126,4 @@ def check_argv(argv) -> Any:
 
 def check_recipe(recipe) -> Any:
     """:func:`check_argv` of the recipe's launch."""
-    from .spec import build_launch
-
     return check_argv(build_launch(recipe).argv)

@@ -21,6 +21,7 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
+from ..cluster.stacks import NODE_TIMEOUT_FACTOR
 from ..recipe.schema import WatchdogSpec
 
 
@@ -119,8 +120,6 @@ def dump_stacks(out_dir: Path, driver_pid: int, ray_address: str | None, timeout
            "--timeout", str(timeout)]
     if ray_address:
         cmd += ["--address", ray_address]
-    from ..cluster.stacks import NODE_TIMEOUT_FACTOR
-
     deadline = (NODE_TIMEOUT_FACTOR + 2) * timeout + 30  # the driver's dump, ray.init, the nodes', writing
     try:
         out = subprocess.run(cmd, capture_output=True, text=True, timeout=deadline)

@@ -16,17 +16,15 @@ Importing this module does not import verl, torch or ray.
 
 from __future__ import annotations
 
-import functools
 import json
 import os
 from pathlib import Path
 from typing import Any
 
-from .guard import Patch
+from .guard import RAY_TRAINER, Patch
 
 PATCH_NAME = "attest"
 ATTEST_ENV = "NPU_RL_ATTEST_FILE"
-RAY_TRAINER = "verl.trainer.ppo.ray_trainer"
 # The worker groups init_workers leaves on the trainer (verl 0.6.1); several may share actors.
 WORKER_GROUPS = ("actor_rollout_wg", "ref_policy_wg", "critic_wg", "rm_wg")
 FINGERPRINTS = {f"{RAY_TRAINER}:RayPPOTrainer.init_workers": "cdf7fb40ec91ce88"}
@@ -37,12 +35,8 @@ class PatchNotActive(RuntimeError):
     """A Ray worker of the run lacks a patch the recipe selected."""
 
 
-@PATCH.applies_to(RAY_TRAINER)
-def patch_ray_trainer(module: Any) -> None:
-    cls = module.RayPPOTrainer
-    original = cls.init_workers
-
-    @functools.wraps(original)
+@PATCH.wrap(RAY_TRAINER, "RayPPOTrainer.init_workers")
+def patch_ray_trainer(original):
     def init_workers(self):
         original(self)
         verdict = attest(self)
@@ -53,7 +47,7 @@ def patch_ray_trainer(module: Any) -> None:
         if verdict["error"]:
             raise PatchNotActive(verdict["error"])
 
-    cls.init_workers = init_workers
+    return init_workers
 
 
 def report(_actor: object = None) -> dict:

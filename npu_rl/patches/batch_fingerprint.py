@@ -16,17 +16,15 @@ patch wraps that name.
 
 from __future__ import annotations
 
-import functools
 import hashlib
 
-from .guard import Patch
+from .guard import METRIC_UTILS, RAY_TRAINER, Patch
 
 PATCH_NAME = "batch_fingerprint"
-RAY_TRAINER = "verl.trainer.ppo.ray_trainer"
 METRIC = "batch/fingerprint"
 FINGERPRINTS = {
     f"{RAY_TRAINER}:RayPPOTrainer.fit": "3661c861fcee4890",
-    "verl.trainer.ppo.metric_utils:compute_data_metrics": "683347d0d391b74b",
+    f"{METRIC_UTILS}:compute_data_metrics": "683347d0d391b74b",
 }
 PATCH = Patch(PATCH_NAME, FINGERPRINTS)
 
@@ -37,11 +35,8 @@ def batch_fingerprint(prompts) -> int:
     return int.from_bytes(hashlib.sha256(b"".join(rows)).digest()[:6], "big")
 
 
-@PATCH.applies_to(RAY_TRAINER, also=("verl.trainer.ppo.metric_utils",))
-def patch_ray_trainer(module) -> None:
-    original = module.compute_data_metrics
-
-    @functools.wraps(original)
+@PATCH.wrap(RAY_TRAINER, "compute_data_metrics", also=(METRIC_UTILS,))
+def patch_ray_trainer(original):
     def compute_data_metrics(batch, *args, **kwargs):
         metrics = original(batch, *args, **kwargs)
         # Every verl 0.6.1 rollout returns "prompts"; the full sequences identify the batch as well.
@@ -49,4 +44,4 @@ def patch_ray_trainer(module) -> None:
         metrics[METRIC] = batch_fingerprint(prompts)
         return metrics
 
-    module.compute_data_metrics = compute_data_metrics
+    return compute_data_metrics

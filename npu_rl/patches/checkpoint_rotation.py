@@ -26,16 +26,14 @@ Importing this module does not import verl, torch or ray.
 
 from __future__ import annotations
 
-import functools
 from pathlib import Path
 from typing import Any
 
-from .guard import Patch
+from .guard import RAY_TRAINER, Patch
 
 PATCH_NAME = "checkpoint_rotation"
 FSDP_MANAGER = "verl.utils.checkpoint.fsdp_checkpoint_manager"
 MEGATRON_MANAGER = "verl.utils.checkpoint.megatron_checkpoint_manager"
-RAY_TRAINER = "verl.trainer.ppo.ray_trainer"
 FINGERPRINTS = {
     # Rotate before they save.
     f"{FSDP_MANAGER}:FSDPCheckpointManager.save_checkpoint": "ced175b94f0e389b",
@@ -47,23 +45,17 @@ PATCH = Patch(PATCH_NAME, FINGERPRINTS)
 
 
 def _save_without_rotating(original):
-    @functools.wraps(original)
     def save_checkpoint(self, local_path, hdfs_path=None, global_step=0, max_ckpt_to_keep=None):
         return original(self, local_path, hdfs_path, global_step, max_ckpt_to_keep=None)
 
     return save_checkpoint
 
 
-@PATCH.applies_to(FSDP_MANAGER)
-def _patch_fsdp(mod: Any) -> None:
-    cls = mod.FSDPCheckpointManager
-    cls.save_checkpoint = _save_without_rotating(cls.save_checkpoint)
-
-
-@PATCH.applies_to(MEGATRON_MANAGER)
-def _patch_megatron(mod: Any) -> None:
-    cls = mod.MegatronCheckpointManager
-    cls.save_checkpoint = _save_without_rotating(cls.save_checkpoint)
+_patch_fsdp, _patch_megatron = PATCH.wrap_each(
+    _save_without_rotating,
+    _patch_fsdp=(FSDP_MANAGER, "FSDPCheckpointManager.save_checkpoint"),
+    _patch_megatron=(MEGATRON_MANAGER, "MegatronCheckpointManager.save_checkpoint"),
+)
 
 
 def keep_limit(trainer_config: Any) -> int | None:
@@ -82,18 +74,15 @@ def rotate_after_save(root: Path, newest: int, keep: int) -> list[int]:
     (the launcher's fuller check, ``run_files.checkpoint_problem``, needs the recipe): a save that died
     before it neither counts toward the limit nor stays. Directories newer than ``newest`` are a damaged
     save this run has not reached again; the launcher's resume logic owns them."""
-    from ..launcher.run_files import DATALOADER_STATE, remove_steps, step_numbers, step_path
+    from ..run_files import DATALOADER_STATE, remove_steps, step_numbers, step_path
 
     upto = [s for s in step_numbers(root) if s <= newest]
     kept = [s for s in upto if (step_path(root, s) / DATALOADER_STATE).is_file()][-keep:]
     return remove_steps(root, [s for s in upto if s not in kept and s < newest])
 
 
-@PATCH.applies_to(RAY_TRAINER)
-def _patch_trainer(mod: Any) -> None:
-    original = mod.RayPPOTrainer._save_checkpoint
-
-    @functools.wraps(original)
+@PATCH.wrap(RAY_TRAINER, "RayPPOTrainer._save_checkpoint")
+def _patch_trainer(original):
     def _save_checkpoint(self):
         original(self)  # returns once the marker names this step: the step is complete
         keep = keep_limit(self.config.trainer)
@@ -104,4 +93,4 @@ def _patch_trainer(mod: Any) -> None:
             print(f"npu-rl: global_step_{self.global_steps} is complete; removed "
                   f"{', '.join(f'global_step_{s}' for s in removed)} (max_actor_ckpt_to_keep {keep})", flush=True)
 
-    mod.RayPPOTrainer._save_checkpoint = _save_checkpoint
+    return _save_checkpoint

@@ -38,7 +38,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from .guard import Patch
+from .guard import FSDP_WORKERS, MEGATRON_WORKERS, RAY_TRAINER, Patch
 
 PATCH_NAME = "consistency"
 ENV = "NPU_RL_CONSISTENCY"  # JSON {"every": N, "max_probs_diff_mean": x}
@@ -51,8 +51,6 @@ TEMPERATURE = "npu_rl_temperature"
 # The temperature the rollout's log-probs are computed at: vLLM 0.9.1's raw logits (and so the CPU rollout's).
 ROLLOUT_LOG_PROB_TEMPERATURE = 1.0
 
-RAY_TRAINER = "verl.trainer.ppo.ray_trainer"
-FSDP_WORKERS, MEGATRON_WORKERS = "verl.workers.fsdp_workers", "verl.workers.megatron_workers"
 FINGERPRINTS = {
     f"{RAY_TRAINER}:RayPPOTrainer.fit": "3661c861fcee4890",
     f"{RAY_TRAINER}:RayPPOTrainer.init_workers": "cdf7fb40ec91ce88",
@@ -156,12 +154,8 @@ def gated(trainer: Any, real, current, gate: Gate, verdicts: Verdicts, path: str
     return compute_log_prob
 
 
-@PATCH.applies_to(RAY_TRAINER, also=("verl.utils.debug.metrics",))
-def patch_ray_trainer(module: Any) -> None:
-    cls = module.RayPPOTrainer
-    original_init = cls.init_workers
-
-    @functools.wraps(original_init)
+@PATCH.wrap(RAY_TRAINER, "RayPPOTrainer.init_workers", also=("verl.utils.debug.metrics",))
+def patch_ray_trainer(original_init):
     def init_workers(self):
         original_init(self)
         gate = Gate.from_env()
@@ -173,7 +167,7 @@ def patch_ray_trainer(module: Any) -> None:
         path = os.environ.get(FILE_ENV)
         wg.compute_log_prob = gated(self, real, current, gate, Verdicts(gate.max_probs_diff_mean), path)
 
-    cls.init_workers = init_workers
+    return init_workers
 
 
 def _at_requested_temperature(compute_log_prob):
@@ -195,13 +189,8 @@ def _at_requested_temperature(compute_log_prob):
     return wrapped
 
 
-@PATCH.applies_to(FSDP_WORKERS)
-def patch_fsdp_workers(module: Any) -> None:
-    cls = module.ActorRolloutRefWorker
-    cls.compute_log_prob = _at_requested_temperature(cls.compute_log_prob)
-
-
-@PATCH.applies_to(MEGATRON_WORKERS)
-def patch_megatron_workers(module: Any) -> None:
-    cls = module.ActorRolloutRefWorker
-    cls.compute_log_prob = _at_requested_temperature(cls.compute_log_prob)
+patch_fsdp_workers, patch_megatron_workers = PATCH.wrap_each(
+    _at_requested_temperature,
+    patch_fsdp_workers=(FSDP_WORKERS, "ActorRolloutRefWorker.compute_log_prob"),
+    patch_megatron_workers=(MEGATRON_WORKERS, "ActorRolloutRefWorker.compute_log_prob"),
+)

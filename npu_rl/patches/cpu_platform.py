@@ -29,19 +29,19 @@ from __future__ import annotations
 
 import functools
 
-from .guard import Patch
+from .guard import FSDP_WORKERS, RAY_BASE, RAY_TRAINER, Patch
 
 PATCH_NAME = "cpu"
 
 # Source fingerprints of the verl code this patch replaces or depends on, as of verl 0.6.1,
 # checked when each module is imported (guard.Patch).
 FINGERPRINTS = {
-    "verl.trainer.ppo.ray_trainer:ResourcePoolManager.create_resource_pool": "27130303dd094e08",
-    "verl.trainer.ppo.ray_trainer:ResourcePoolManager._check_resource_available": "dbee1ee8aa428613",
-    "verl.single_controller.ray.base:RayResourcePool.get_placement_groups": "82e7609b32721544",
-    "verl.workers.fsdp_workers:ActorRolloutRefWorker.__init__": "3864afde1a867752",
-    "verl.workers.fsdp_workers:ActorRolloutRefWorker._build_model_optimizer": "b23c5e67dbbc9012",
-    "verl.workers.fsdp_workers:ActorRolloutRefWorker._build_rollout": "fc50256b25fbe303",
+    f"{RAY_TRAINER}:ResourcePoolManager.create_resource_pool": "27130303dd094e08",
+    f"{RAY_TRAINER}:ResourcePoolManager._check_resource_available": "dbee1ee8aa428613",
+    f"{RAY_BASE}:RayResourcePool.get_placement_groups": "82e7609b32721544",
+    f"{FSDP_WORKERS}:ActorRolloutRefWorker.__init__": "3864afde1a867752",
+    f"{FSDP_WORKERS}:ActorRolloutRefWorker._build_model_optimizer": "b23c5e67dbbc9012",
+    f"{FSDP_WORKERS}:ActorRolloutRefWorker._build_rollout": "fc50256b25fbe303",
     "verl.utils.device:get_nccl_backend": "826b15796bda392a",
     "verl.utils.device:get_torch_device": "ac596dd4e91409cc",
     "verl.utils.profiler.performance:topk_reduce_ratio_min_max": "279a580aea136416",
@@ -81,11 +81,8 @@ def _extend_torch_cpu(torch) -> None:
             setattr(torch.cpu, name, fn)
 
 
-@PATCH.applies_to("torch.distributed")
-def _single_gloo_backend(dist) -> None:
-    original = dist.init_process_group
-
-    @functools.wraps(original)
+@PATCH.wrap("torch.distributed", "init_process_group")
+def _single_gloo_backend(original):
     def init_process_group(*args, **kwargs):
         backend = kwargs.get("backend")
         if isinstance(backend, str) and "," in backend:
@@ -93,7 +90,7 @@ def _single_gloo_backend(dist) -> None:
             kwargs["backend"] = "gloo"
         return original(*args, **kwargs)
 
-    dist.init_process_group = init_process_group
+    return init_process_group
 
 
 @PATCH.applies_to("verl.utils.device")
@@ -105,21 +102,17 @@ def _patch_device(mod) -> None:
 WORKER_SLOT = "NPU"
 
 
-@PATCH.applies_to("verl.single_controller.ray.base")
-def _patch_resource_pool(mod) -> None:
-    pool = mod.RayResourcePool
-    original = pool.get_placement_groups
-
-    @functools.wraps(original)
+@PATCH.wrap(RAY_BASE, "RayResourcePool.get_placement_groups")
+def _patch_resource_pool(original):
     def get_placement_groups(self, strategy="STRICT_PACK", name=None, device_name="cuda"):
         # verl names the bundle's device resource after trainer.device; "cpu" is no Ray resource.
         return original(self, strategy=strategy, name=name,
                         device_name=WORKER_SLOT if device_name == "cpu" else device_name)
 
-    pool.get_placement_groups = get_placement_groups
+    return get_placement_groups
 
 
-@PATCH.applies_to("verl.workers.fsdp_workers")
+@PATCH.applies_to(FSDP_WORKERS)
 def _patch_fsdp_workers(mod) -> None:
     base_fsdp = mod.FSDP
 

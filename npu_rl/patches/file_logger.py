@@ -7,14 +7,12 @@ read while it trains) had nothing on disk.
 
 from __future__ import annotations
 
-import functools
-
-from .guard import Patch
+from .guard import TRACKING, Patch
 
 PATCH_NAME = "file_logger"
 
 FINGERPRINTS = {
-    "verl.utils.tracking:FileLogger.log": "56dd5887a7ea7675",
+    f"{TRACKING}:FileLogger.log": "56dd5887a7ea7675",
 }
 PATCH = Patch(PATCH_NAME, FINGERPRINTS)
 
@@ -29,14 +27,11 @@ def to_json_scalar(value):
         return value.tolist()
 
 
-@PATCH.applies_to("verl.utils.tracking")
-def _patch(mod) -> None:
-    original = mod.FileLogger.log
-
-    @functools.wraps(original)
+@PATCH.wrap(TRACKING, "FileLogger.log")
+def _patch(original):
     def log(self, data, step):
         result = original(self, {k: to_json_scalar(v) for k, v in data.items()}, step)
         self.fp.flush()
         return result
 
-    mod.FileLogger.log = log
+    return log

@@ -15,6 +15,16 @@ from pathlib import Path
 from typing import Any, Callable
 
 
+# verl modules that several patches change or fingerprint.
+RAY_TRAINER = "verl.trainer.ppo.ray_trainer"
+RAY_BASE = "verl.single_controller.ray.base"
+METRIC_UTILS = "verl.trainer.ppo.metric_utils"
+TRACKING = "verl.utils.tracking"
+FSDP_WORKERS = "verl.workers.fsdp_workers"
+MEGATRON_WORKERS = "verl.workers.megatron_workers"
+VLLM_ROLLOUT = "verl.workers.rollout.vllm_rollout.vllm_rollout_spmd"
+
+
 class PatchVersionError(RuntimeError):
     pass
 
@@ -137,7 +147,8 @@ class Patch:
 
     A function registered with :meth:`applies_to` checks the fingerprints of its module (from the
     imported module's file) and of ``also`` (located without importing) before it changes anything,
-    and patches a given module object once however often it is called.
+    and patches a given module object once however often it is called; :meth:`wrap` is such a function
+    for the common case, one function or method replaced by a wrapper of it.
     :meth:`install` hooks every such function to its module's import, checks the fingerprints of any
     other module they name when that module is imported, and the verl version when verl is.
     """
@@ -184,6 +195,33 @@ class Patch:
             return apply
 
         return register
+
+    def wrap(self, module_name: str, qualname: str, also: tuple[str, ...] = (), name: str | None = None):
+        """Decorator: ``make(original) -> replacement`` wraps ``qualname`` (``"Class.method"`` or
+        ``"function"``) of ``module_name``; the replacement takes the original's place with its name and
+        attributes (``functools.wraps``: verl's ``@register`` dispatch attributes too).
+
+        Returns the :meth:`applies_to` function (named ``name``, else after ``make``): it checks the
+        fingerprints of the module, the target's among them, and of ``also`` before ``make`` sees the
+        original, and wraps a module object once."""
+        owner_path, _, attr = qualname.rpartition(".")
+
+        def register(make: Callable[[Any], Any]):
+            def replace(module: Any) -> None:
+                owner = functools.reduce(getattr, owner_path.split("."), module) if owner_path else module
+                original = getattr(owner, attr)
+                setattr(owner, attr, functools.wraps(original)(make(original)))
+
+            replace.__name__ = replace.__qualname__ = name or make.__name__
+            replace.__module__, replace.__doc__ = make.__module__, make.__doc__
+            return self.applies_to(module_name, also)(replace)
+
+        return register
+
+    def wrap_each(self, make: Callable[[Any], Any], **targets: tuple[str, str]) -> tuple[Callable[..., None], ...]:
+        """One wrapper for several targets (the FSDP and the Megatron worker class): each keyword
+        ``name=(module_name, qualname)`` is :meth:`wrap` of that target, named ``name``; returned in order."""
+        return tuple(self.wrap(module, qualname, name=name)(make) for name, (module, qualname) in targets.items())
 
     def fingerprinted_modules(self) -> list[str]:
         return sorted({target.partition(":")[0] for target in self.fingerprints})

@@ -30,12 +30,11 @@ import functools
 from typing import Any
 
 from .consistency import REAL_PASS
-from .guard import Patch
+from .guard import FSDP_WORKERS, MEGATRON_WORKERS, RAY_TRAINER, Patch
 
 PATCH_NAME = "old_log_prob"
 KEY = "recompute_old_log_prob"
 
-RAY_TRAINER = "verl.trainer.ppo.ray_trainer"
 DP_ACTOR = "verl.workers.actor.dp_actor"
 MEGATRON_ACTOR = "verl.workers.actor.megatron_actor"
 MCORE_MODELS = "verl.models.mcore"
@@ -50,8 +49,8 @@ FINGERPRINTS = {
     f"{DP_ACTOR}:DataParallelPPOActor._forward_micro_batch": "2ada07b3b2a3ecef",
     f"{MEGATRON_ACTOR}:MegatronPPOActor.update_policy": "862716c75e274709",
     f"{MEGATRON_ACTOR}:MegatronPPOActor.forward_backward_batch": "8ec4e1845f041da8",
-    "verl.workers.fsdp_workers:ActorRolloutRefWorker.update_actor": "c6ad1bb6bba485b1",
-    "verl.workers.megatron_workers:ActorRolloutRefWorker.update_actor": "256a082068a7de20",
+    f"{FSDP_WORKERS}:ActorRolloutRefWorker.update_actor": "c6ad1bb6bba485b1",
+    f"{MEGATRON_WORKERS}:ActorRolloutRefWorker.update_actor": "256a082068a7de20",
     f"{MCORE_MODELS}.registry:get_mcore_forward_fn": "6b31394ab431751e",
     f"{MCORE_MODELS}.registry:get_mcore_forward_fused_fn": "c6584c6aa71f6c3a",
 }
@@ -268,7 +267,7 @@ def _patch_actor(module: Any, cls: type, skipping_update) -> None:
     cls.update_policy = update_policy
 
 
-@PATCH.applies_to(DP_ACTOR, also=("verl.workers.fsdp_workers",))
+@PATCH.applies_to(DP_ACTOR, also=(FSDP_WORKERS,))
 def patch_dp_actor(module: Any) -> None:
     cls = module.DataParallelPPOActor
     original_forward = cls._forward_micro_batch
@@ -327,7 +326,7 @@ def patch_mcore_forward(module: Any) -> None:
         setattr(module, name, tapped_getter)
 
 
-@PATCH.applies_to(MEGATRON_ACTOR, also=("verl.workers.megatron_workers",))
+@PATCH.applies_to(MEGATRON_ACTOR, also=(MEGATRON_WORKERS,))
 def patch_megatron_actor(module: Any) -> None:
     cls = module.MegatronPPOActor
     original_fbb = cls.forward_backward_batch

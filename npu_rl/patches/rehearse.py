@@ -29,13 +29,11 @@ import os
 from pathlib import Path
 from typing import Any
 
-from .guard import Patch
+from .guard import RAY_BASE, RAY_TRAINER, Patch
 
 PATCH_NAME = "rehearse"
 REPORT_ENV = "NPU_RL_REHEARSE_REPORT"
 NODES_ENV = "NPU_RL_REHEARSE_NODES"
-RAY_TRAINER = "verl.trainer.ppo.ray_trainer"
-RAY_BASE = "verl.single_controller.ray.base"
 STOPPED_AT = ("ResourcePoolManager.create_resource_pool, the first step of RayPPOTrainer.init_workers: "
               "no placement group reserved, no worker started")
 

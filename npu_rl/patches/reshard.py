@@ -15,12 +15,9 @@ from __future__ import annotations
 import contextvars
 from typing import Any
 
-from .guard import Patch, PatchVersionError
+from .guard import MEGATRON_WORKERS, VLLM_ROLLOUT, Patch, PatchVersionError
 
 PATCH_NAME = "reshard"
-
-MEGATRON_WORKERS = "verl.workers.megatron_workers"
-VLLM_ROLLOUT = "verl.workers.rollout.vllm_rollout.vllm_rollout_spmd"
 
 # Source fingerprints (npu_rl.patches.guard) of what the wrappers rely on, in verl 0.6.1:
 # rollout_mode passes per_tensor_generator's result to rollout.update_weights when no

@@ -16,20 +16,18 @@ patch wraps that name and adds each part's mean over the step's samples.
 
 from __future__ import annotations
 
-import functools
 
 import numpy as np
 
-from .guard import Patch
+from .guard import METRIC_UTILS, RAY_TRAINER, Patch
 
 PATCH_NAME = "reward_parts"
-RAY_TRAINER = "verl.trainer.ppo.ray_trainer"
 PREFIX = "reward/"
 # The numeric parts npu_rl.reward.math returns per sample (tests/patches/test_reward_parts.py checks them).
 PARTS = ("acc", "format", "cot", "boxed", "unevaluated")
 FINGERPRINTS = {
     f"{RAY_TRAINER}:RayPPOTrainer.fit": "3661c861fcee4890",
-    "verl.trainer.ppo.metric_utils:compute_data_metrics": "683347d0d391b74b",
+    f"{METRIC_UTILS}:compute_data_metrics": "683347d0d391b74b",
 }
 PATCH = Patch(PATCH_NAME, FINGERPRINTS)
 
@@ -44,14 +42,11 @@ def part_means(non_tensor_batch) -> dict[str, float]:
     return out
 
 
-@PATCH.applies_to(RAY_TRAINER, also=("verl.trainer.ppo.metric_utils",))
-def patch_ray_trainer(module) -> None:
-    original = module.compute_data_metrics
-
-    @functools.wraps(original)
+@PATCH.wrap(RAY_TRAINER, "compute_data_metrics", also=(METRIC_UTILS,))
+def patch_ray_trainer(original):
     def compute_data_metrics(batch, *args, **kwargs):
         metrics = original(batch, *args, **kwargs)
         metrics.update(part_means(batch.non_tensor_batch))
         return metrics
 
-    module.compute_data_metrics = compute_data_metrics
+    return compute_data_metrics

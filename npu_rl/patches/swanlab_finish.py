@@ -18,16 +18,13 @@ Importing this module does not import verl or swanlab.
 
 from __future__ import annotations
 
-import functools
 import sys
 import weakref
 from typing import Any
 
-from .guard import Patch
+from .guard import RAY_TRAINER, TRACKING, Patch
 
 PATCH_NAME = "swanlab_finish"
-TRACKING = "verl.utils.tracking"
-RAY_TRAINER = "verl.trainer.ppo.ray_trainer"
 FINGERPRINTS = {
     # Recorded as they are made, so fit can find the tracker it made (a local of fit).
     f"{TRACKING}:Tracking.__init__": "37e10a7facdc8148",
@@ -42,16 +39,13 @@ PATCH = Patch(PATCH_NAME, FINGERPRINTS)
 _open: weakref.WeakSet = weakref.WeakSet()
 
 
-@PATCH.applies_to(TRACKING)
-def _patch_tracking(mod: Any) -> None:
-    original = mod.Tracking.__init__
-
-    @functools.wraps(original)
+@PATCH.wrap(TRACKING, "Tracking.__init__")
+def _patch_tracking(original):
     def __init__(self, *args, **kwargs):
         original(self, *args, **kwargs)
         _open.add(self)
 
-    mod.Tracking.__init__ = __init__
+    return __init__
 
 
 def close(tracker: Any, error: BaseException | None = None) -> None:
@@ -76,11 +70,8 @@ def _close_new(before: set[int], error: BaseException | None = None) -> None:
                   flush=True)
 
 
-@PATCH.applies_to(RAY_TRAINER, also=(TRACKING,))
-def _patch_fit(mod: Any) -> None:
-    original = mod.RayPPOTrainer.fit
-
-    @functools.wraps(original)
+@PATCH.wrap(RAY_TRAINER, "RayPPOTrainer.fit", also=(TRACKING,))
+def _patch_fit(original):
     def fit(self, *args, **kwargs):
         before = {id(t) for t in _open}
         try:
@@ -91,4 +82,4 @@ def _patch_fit(mod: Any) -> None:
         _close_new(before)
         return result
 
-    mod.RayPPOTrainer.fit = fit
+    return fit

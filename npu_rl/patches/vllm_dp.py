@@ -40,17 +40,13 @@ Importing this module does not import verl, torch or vLLM.
 
 from __future__ import annotations
 
-import functools
 import os
 from dataclasses import dataclass
 from typing import Any
 
-from .guard import Patch, PatchVersionError
+from .guard import MEGATRON_WORKERS, VLLM_ROLLOUT, Patch, PatchVersionError
 
 PATCH_NAME = "vllm_dp"
-
-VLLM_ROLLOUT = "verl.workers.rollout.vllm_rollout.vllm_rollout_spmd"
-MEGATRON_WORKERS = "verl.workers.megatron_workers"
 
 DP_SIZE_ENV = "VLLM_DP_SIZE"
 # Each DP group's stateless process group takes ports from its master port upwards
@@ -217,16 +213,12 @@ def _check_engine_groups(env: dict[str, str]) -> None:
         )
 
 
-@PATCH.applies_to(VLLM_ROLLOUT)
-def patch_vllm_rollout(module: Any) -> None:
-    cls = module.vLLMRollout
-    original = cls.__init__
-
-    @functools.wraps(original)
+@PATCH.wrap(VLLM_ROLLOUT, "vLLMRollout.__init__")
+def patch_vllm_rollout(original):
     def __init__(self, config, model_config, device_mesh, *args, **kwargs):
         _plain_engine_kwargs(config)
         env = prepare_dp_env(config)
         original(self, config, model_config, device_mesh, *args, **kwargs)
         _check_engine_groups(env)
 
-    cls.__init__ = __init__
+    return __init__

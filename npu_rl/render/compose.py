@@ -11,10 +11,10 @@ from pathlib import Path, PurePosixPath
 
 from jinja2 import Environment
 
+from .. import run_files
 from ..dashboards import PORTS as DASHBOARD_PORTS
-from ..demo import DEFAULT_STEPS, WARM_START_STEPS
+from ..defaults import DEMO_STEPS, DEMO_WARM_START_STEPS
 from ..image.spec import build_args, spec
-from ..launcher import run_files
 from ..paths import workspace
 from ..platform.devices import CONTROL_DEVICES, HOST_MOUNTS
 from ..recipe import load_recipe
@@ -54,8 +54,8 @@ def variables(recipe: Recipe) -> list[Var]:
         Var("NPU_DEVICE", "0", "Physical id N of the /dev/davinciN that NPU services get (see `npu-smi info`)"),
         Var("SHM_SIZE", DEFAULT_SHM, "Shared memory of NPU services (Ray's object store; `npu-rl doctor` checks it)"),
         Var("CPU_SHM_SIZE", CPU_SHM, "Shared memory of the cpu-demo service"),
-        Var("DEMO_STEPS", str(DEFAULT_STEPS), "GRPO steps of the cpu-demo service"),
-        Var("DEMO_WARM_START_STEPS", str(WARM_START_STEPS), "warm-start steps of the cpu-demo service's tiny model"),
+        Var("DEMO_STEPS", str(DEMO_STEPS), "GRPO steps of the cpu-demo service"),
+        Var("DEMO_WARM_START_STEPS", str(DEMO_WARM_START_STEPS), "warm-start steps of the cpu-demo service's tiny model"),
         Var("MODEL_SOURCE", recipe.model.hub_id or "",
             f"What `prepare` fetches into {model_dir} when it is missing: a hub id or a local directory under "
             "/workspace (empty: the recipe's model.hub_id)"),

@@ -32,8 +32,8 @@ from pathlib import Path
 import psutil
 import yaml
 
+from npu_rl import run_files
 from npu_rl.cli import main
-from npu_rl.launcher import run_files
 from npu_rl.recipe import load_recipe
 from npu_rl.render.k8s import K8sOptions, render_text
 

@@ -18,8 +18,8 @@ import time
 
 import pytest
 
+from npu_rl import run_files
 from npu_rl.exit_codes import Exit
-from npu_rl.launcher import run_files
 from npu_rl.patches.batch_fingerprint import METRIC
 
 from pods import STEPS, WORKER_IP, prepared_pods

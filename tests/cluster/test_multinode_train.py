@@ -8,7 +8,7 @@ import signal
 
 import pytest
 
-from npu_rl.launcher import run_files
+from npu_rl import run_files
 
 from pods import STEPS
 

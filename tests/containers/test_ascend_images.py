@@ -203,7 +203,8 @@ def test_a_missing_base_or_build_arg_is_one_line(images):
     # names the argument, and the build's error is that one line.
     from npu_rl.envs import pipconf
     from npu_rl.errors import UserError
-    from npu_rl.image.build import CERT_NAME, build_image, serve_files
+    from npu_rl.image.api import build_image, serve_files
+    from npu_rl.image.build import CERT_NAME
     from npu_rl.image.spec import build_args
 
     args = {k: v for k, v in build_args("a2").items() if k != "CHIP"} | {"BASE_IMAGE": built["a2"].base,

@@ -184,7 +184,7 @@ def test_train_service_runs_the_a2_single_card_recipe(compose):
     assert compose["services"]["train-qwen"]["depends_on"]["prepare"]["condition"] == "service_completed_successfully"
     # The dashboards serve the run the train service writes, through `npu-rl dashboard` (the command
     # tests/dashboards runs on a real run): the recipe's log root under the workspace volume.
-    from npu_rl.launcher import run_files
+    from npu_rl import run_files
 
     monkeypatch = pytest.MonkeyPatch()
     monkeypatch.setenv("NPU_RL_WORKSPACE", "/workspace")

@@ -2,6 +2,7 @@ import pytest
 
 from npu_rl.cli import main
 from npu_rl.errors import UserError
+from npu_rl.image import api as image_api
 from npu_rl.image import build as image_build
 from npu_rl.image.progress import Display, Event, parse_chunk
 from npu_rl.image.spec import build_args, spec
@@ -77,7 +78,7 @@ def test_build_through_the_docker_api(podman_api, tmp_path):
                              "COPY hello.txt /hello.txt\n")
     client = image_build.connect(podman_api)
     args = {k: v for k, v in build_args("a3").items() if k in ("VERL_COMMIT", "CHIP")}
-    image_id = image_build.build_image(client, context=ctx, dockerfile="docker/Dockerfile", tag="npu-rl-test:sdk",
+    image_id = image_api.build_image(client, context=ctx, dockerfile="docker/Dockerfile", tag="npu-rl-test:sdk",
                                        buildargs=args)
     try:
         image = client.images.get("npu-rl-test:sdk")
@@ -92,7 +93,7 @@ def test_failed_build_is_a_user_error_naming_the_step(podman_api, tmp_path):
     ctx = _context(tmp_path, "FROM scratch\nCOPY missing.txt /x\n")
     client = image_build.connect(podman_api)
     with pytest.raises(UserError) as err:
-        image_build.build_image(client, context=ctx, dockerfile="docker/Dockerfile", tag="npu-rl-test:bad",
+        image_api.build_image(client, context=ctx, dockerfile="docker/Dockerfile", tag="npu-rl-test:bad",
                                 buildargs={})
     message = str(err.value)
     assert message.startswith("building npu-rl-test:bad failed at step 2/2 (COPY missing.txt /x):")
@@ -102,4 +103,4 @@ def test_failed_build_is_a_user_error_naming_the_step(podman_api, tmp_path):
 def test_missing_dockerfile_is_a_user_error(podman_api, tmp_path):
     client = image_build.connect(podman_api)
     with pytest.raises(UserError, match="no docker/Dockerfile under"):
-        image_build.build_image(client, context=tmp_path, dockerfile="docker/Dockerfile", tag="x:y", buildargs={})
+        image_api.build_image(client, context=tmp_path, dockerfile="docker/Dockerfile", tag="x:y", buildargs={})

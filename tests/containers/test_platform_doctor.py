@@ -4,7 +4,7 @@ import pytest
 
 from npu_rl.cli import main
 from npu_rl.errors import UserError
-from npu_rl.platform import doctor
+from npu_rl.launcher.preflight import preflight, run_checks
 from npu_rl.recipe import load_recipe
 
 A2_1CARD = "qwen2_5_1_5b_math_a2_1card"
@@ -37,18 +37,18 @@ def _by_name(results):
 
 def test_ready_a2_host_passes_every_train_check(fake_host, ready_workspace, npu_image):
     host = fake_host(devices=8, smi="a2").host()
-    results = doctor.run_checks(load_recipe(A2_1CARD), "train", host=host)
+    results = run_checks(load_recipe(A2_1CARD), "train", host=host)
     assert {r.name for r in results} == {"verl", "torch_npu", "CANN", "driver", "devices", "HBM", "shm", "model",
                                          "data", "disk", "ports"}
     assert [r for r in results if r.status != "ok"] == []
     assert "using 0" in _by_name(results)["devices"].detail
-    doctor.preflight(load_recipe(A2_1CARD), for_job="train", host=host)
+    preflight(load_recipe(A2_1CARD), for_job="train", host=host)
 
 
 def test_cann_mismatch_fails_with_a_one_line_fix(fake_host, ready_workspace, npu_image):
     host = fake_host(cann="8.1.RC1").host()
     with pytest.raises(UserError) as err:
-        doctor.preflight(load_recipe(A2_1CARD), for_job="train", host=host)
+        preflight(load_recipe(A2_1CARD), for_job="train", host=host)
     message = str(err.value)
     assert message.startswith("CANN: 8.1.RC1, pin is 8.2.RC1")
     assert "npu-rl image build --variant a2" in message and "\n" not in message
@@ -59,50 +59,50 @@ def test_an_image_on_the_stand_in_base_says_it_can_only_rehearse(fake_host, read
     from npu_rl.platform import cann
 
     host = fake_host(cann=None).host()
-    real = _by_name(doctor.run_checks(load_recipe(A2_1CARD), "train", host=host))
+    real = _by_name(run_checks(load_recipe(A2_1CARD), "train", host=host))
     assert real["torch_npu"].status == "ok" and "npu-rl image build --variant a2" in real["CANN"].fix
     monkeypatch.setenv(cann.STAND_IN_MARKER, "stand-in base: no CANN")
-    results = _by_name(doctor.run_checks(load_recipe(A2_1CARD), "train", host=host))
+    results = _by_name(run_checks(load_recipe(A2_1CARD), "train", host=host))
     assert results["torch_npu"].status == "fail" and "hidden" in results["torch_npu"].detail
     assert results["CANN"].detail.endswith(": stand-in base: no CANN")
     with pytest.raises(UserError) as err:
-        doctor.preflight(load_recipe(A2_1CARD), for_job="train", host=host)
+        preflight(load_recipe(A2_1CARD), for_job="train", host=host)
     assert "npu-rl train --rehearse" in str(err.value) and "\n" not in str(err.value)
 
 
 def test_missing_driver_and_control_nodes_are_reported(fake_host, ready_workspace, npu_image):
     fh = fake_host(driver=None)
     (fh.dev / "hisi_hdc").unlink()
-    results = _by_name(doctor.run_checks(load_recipe(A2_1CARD), "train", host=fh.host()))
+    results = _by_name(run_checks(load_recipe(A2_1CARD), "train", host=fh.host()))
     assert results["driver"].status == "fail" and "/usr/local/Ascend/driver" in results["driver"].fix
     assert results["devices"].status == "fail" and "--device /dev/hisi_hdc" in results["devices"].fix
 
 
 def test_too_few_devices_for_the_recipe(fake_host, ready_workspace, npu_image):
     host = fake_host(devices=2).host()
-    results = _by_name(doctor.run_checks(load_recipe(A2_4CARD), "train", host=host))
+    results = _by_name(run_checks(load_recipe(A2_4CARD), "train", host=host))
     assert results["devices"].status == "fail"
     assert "needs 4 NPU(s) but only 2" in results["devices"].fix
     # Eval runs on one device, so the same host is fine for it.
-    assert _by_name(doctor.run_checks(load_recipe(A2_4CARD), "eval", host=host))["devices"].status == "ok"
+    assert _by_name(run_checks(load_recipe(A2_4CARD), "eval", host=host))["devices"].status == "ok"
 
 
 def test_busy_npu_fails_the_hbm_check(fake_host, ready_workspace, npu_image):
     fh = fake_host(devices=8, smi="a2")
     fh.device_spec = "2"  # NPU 2 is running another job in the capture
-    results = _by_name(doctor.run_checks(load_recipe(A2_1CARD), "train", host=fh.host()))
+    results = _by_name(run_checks(load_recipe(A2_1CARD), "train", host=fh.host()))
     assert results["HBM"].status == "fail"
     assert results["HBM"].detail == f"NPU 2: {65536 - 61850} MB free of 65536 MB"
     assert "gpu_memory_utilization=0.8" in results["HBM"].fix
     # A lower utilization fits into what is left.
     low = load_recipe(A2_1CARD, {"rollout.gpu_memory_utilization": 0.05})
-    assert _by_name(doctor.run_checks(low, "train", host=fh.host()))["HBM"].status == "ok"
+    assert _by_name(run_checks(low, "train", host=fh.host()))["HBM"].status == "ok"
 
 
 def test_a3_node_sixteen_devices(fake_host, ready_workspace, npu_image):
     host = fake_host(devices=16, smi="a3").host()
     recipe = load_recipe(A2_1CARD, {"resources.devices_per_node": 16, "resources.platform": "npu-a3"})
-    results = _by_name(doctor.run_checks(recipe, "train", host=host))
+    results = _by_name(run_checks(recipe, "train", host=host))
     assert results["devices"].status == "ok" and results["devices"].detail.startswith("16 found")
     assert results["HBM"].status == "ok" and results["HBM"].detail.count("GiB") == 16
 
@@ -110,13 +110,13 @@ def test_a3_node_sixteen_devices(fake_host, ready_workspace, npu_image):
 def test_without_npu_smi_hbm_is_a_warning(fake_host, ready_workspace, npu_image):
     host = fake_host(smi=None).host()
     warnings = []
-    doctor.preflight(load_recipe(A2_1CARD), for_job="train", host=host, warn=warnings.append)
+    preflight(load_recipe(A2_1CARD), for_job="train", host=host, warn=warnings.append)
     assert warnings == ["HBM: npu-smi not available; HBM not checked"]
 
 
 def test_small_shm_and_full_disk(fake_host, ready_workspace, npu_image):
     host = fake_host(shm_bytes=64 * 1024**2, free_bytes=100 * 1024**2).host()
-    results = _by_name(doctor.run_checks(load_recipe(A2_1CARD), "train", host=host))
+    results = _by_name(run_checks(load_recipe(A2_1CARD), "train", host=host))
     assert results["shm"].status == "fail" and "--shm-size" in results["shm"].fix
     assert results["disk"].status == "fail" and "checkpoint.dir" in results["disk"].fix
 
@@ -126,7 +126,7 @@ def test_busy_port_fails(fake_host, ready_workspace, npu_image):
         s.bind(("0.0.0.0", 0))
         s.listen()
         port = s.getsockname()[1]
-        results = _by_name(doctor.run_checks(load_recipe(A2_1CARD), "train", host=fake_host().host(),
+        results = _by_name(run_checks(load_recipe(A2_1CARD), "train", host=fake_host().host(),
                                              ports=[port]))
     assert results["ports"].status == "fail" and results["ports"].detail == f"port {port} in use"
 
@@ -134,14 +134,14 @@ def test_busy_port_fails(fake_host, ready_workspace, npu_image):
 def test_small_shm_only_warns_on_cpu(fake_host, ready_workspace):
     warnings = []
     host = fake_host(shm_bytes=64 * 1024**2).host()
-    doctor.preflight(load_recipe("tiny_math_cpu"), for_job="train", host=host, warn=warnings.append)
+    preflight(load_recipe("tiny_math_cpu"), for_job="train", host=host, warn=warnings.append)
     assert warnings == ["shm: /fake/dev/shm is 64 MiB, Ray wants 256 MiB"]
 
 
 def test_cpu_recipe_checks_only_what_applies(fake_host, ready_workspace):
     # A bare host: no CANN, driver, devices or npu-smi, none of which a CPU run needs.
     fh = fake_host(devices=0, cann=None, driver=None, smi=None)
-    results = doctor.run_checks(load_recipe("tiny_math_cpu"), "train", host=fh.host())
+    results = run_checks(load_recipe("tiny_math_cpu"), "train", host=fh.host())
     assert [r.name for r in results] == ["verl", "shm", "model", "data", "disk", "ports"]
     assert all(r.status == "ok" for r in results), results
 
@@ -149,11 +149,11 @@ def test_cpu_recipe_checks_only_what_applies(fake_host, ready_workspace):
 def test_verl_version_against_the_pin(fake_host, ready_workspace, fake_dist):
     fake_dist("verl", "0.5.0")
     with pytest.raises(UserError, match=r"^verl: 0.5.0, pin is 0.6.1; fix: pip install verl==0.6.1"):
-        doctor.preflight(load_recipe("tiny_math_cpu"), for_job="train", host=fake_host().host())
+        preflight(load_recipe("tiny_math_cpu"), for_job="train", host=fake_host().host())
 
 
 def test_missing_data_and_model(fake_host, workspace):
-    results = _by_name(doctor.run_checks(load_recipe("tiny_math_cpu"), "train", host=fake_host().host()))
+    results = _by_name(run_checks(load_recipe("tiny_math_cpu"), "train", host=fake_host().host()))
     assert results["model"].status == "fail" and "npu-rl model" in results["model"].fix
     assert results["data"].status == "fail" and "npu-rl prepare" in results["data"].fix
 
@@ -161,18 +161,18 @@ def test_missing_data_and_model(fake_host, workspace):
 def test_merge_needs_a_checkpoint(fake_host, ready_workspace, complete_checkpoint):
     recipe = load_recipe("tiny_math_cpu")
     with pytest.raises(UserError, match="^checkpoints: none under"):
-        doctor.preflight(recipe, for_job="merge", host=fake_host().host())
+        preflight(recipe, for_job="merge", host=fake_host().host())
     step = ready_workspace / recipe.checkpoint.dir / recipe.logging.project / recipe.logging.experiment
     (step / "global_step_5" / "actor").mkdir(parents=True)  # an unfinished save is no checkpoint
     with pytest.raises(UserError, match="^checkpoints: none under"):
-        doctor.preflight(recipe, for_job="merge", host=fake_host().host())
+        preflight(recipe, for_job="merge", host=fake_host().host())
     complete_checkpoint(step / "global_step_5", world=recipe.resources.world_size)
-    doctor.preflight(recipe, for_job="merge", host=fake_host().host())
+    preflight(recipe, for_job="merge", host=fake_host().host())
 
 
 def test_unknown_job():
     with pytest.raises(ValueError, match="unknown job"):
-        doctor.run_checks(load_recipe("tiny_math_cpu"), "serve")
+        run_checks(load_recipe("tiny_math_cpu"), "serve")
 
 
 def test_doctor_command_prints_table_and_fixes(workspace, capsys):

@@ -17,8 +17,8 @@ import psutil
 import pytest
 import torch
 
+from npu_rl import run_files
 from npu_rl.cli import main
-from npu_rl.launcher import run_files
 from npu_rl.patches.consistency import METRIC
 from npu_rl.recipe import load_recipe
 from npu_rl.report.scalars import load_run

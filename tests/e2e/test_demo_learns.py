@@ -15,11 +15,10 @@ from pathlib import Path
 
 import pytest
 
-from npu_rl import demo
+from npu_rl import demo, run_files
 from npu_rl.cli import main
-from npu_rl.commands.eval import default_out
+from npu_rl.defaults import DEMO_WARM_START_STEPS
 from npu_rl.eval.table import CSV_NAME, ResultTable
-from npu_rl.launcher import run_files
 from npu_rl.recipe import load_recipe
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(1500)]
@@ -36,7 +35,7 @@ def test_demo_learns_the_answers_not_only_the_format(tmp_path, monkeypatch, capf
     # tiny_model fixture runs that same command, once per set of its inputs (kept across runs), and the
     # demo reuses the model as it reuses one it made before. The demo's own step runs in the CPU image's
     # compose test (tests/containers/test_cpu_image_compose.py).
-    tiny_model(run_files.model_dir(recipe), steps=demo.WARM_START_STEPS, recipe=demo.RECIPE)
+    tiny_model(run_files.model_dir(recipe), steps=DEMO_WARM_START_STEPS, recipe=demo.RECIPE)
     assert demo.main(["--workdir", str(tmp_path)]) == 0
     out = capfd.readouterr().out
     assert f"reusing {run_files.model_dir(recipe)}" in out
@@ -45,7 +44,7 @@ def test_demo_learns_the_answers_not_only_the_format(tmp_path, monkeypatch, capf
     assert step == run_files.latest_step(recipe) > 0
     assert f"held-out accuracy     : {base:.2f} -> {trained:.2f} at step {step}" in out
 
-    table = ResultTable.read_csv(default_out(recipe) / CSV_NAME)
+    table = ResultTable.read_csv(run_files.eval_dir(recipe) / CSV_NAME)
     score = {(r.baseline, r.metric): r.score for r in table.rows}
     # The base model answers in the format already: what it gains is the answers themselves.
     assert score[True, "boxed"] >= 50.0, score

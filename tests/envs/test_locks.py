@@ -160,10 +160,10 @@ def base_layer_requirements(tmp_path_factory) -> list[str]:
     its pinned sdist, as the lock was resolved) and vllm-ascend's and torch_npu's (their wheels' own
     metadata, downloaded with pip: not what the lock module says of them)."""
     from npu_rl import versions
-    from npu_rl.envs import ascend_base
+    from npu_rl.envs import base_layer
 
-    sdist = ascend_base.fetch_sdist(*ascend_base.sdist_pin())
-    out = ascend_base.vllm_requirements(sdist, build=False)
+    sdist = base_layer.fetch_sdist(*base_layer.sdist_pin())
+    out = base_layer.vllm_requirements(sdist, build=False)
     folder = tmp_path_factory.mktemp("wheels")
     subprocess.run([sys.executable, "-m", "pip", "download", "-q", "--no-deps", "--only-binary=:all:",
                     "--platform", "manylinux2014_x86_64", "--python-version", "3.11", "-d", str(folder),

@@ -10,11 +10,11 @@ from pathlib import Path
 import pytest
 import yaml
 
+from npu_rl import run_files
 from npu_rl.cli import main
 from npu_rl.errors import UserError
 from npu_rl.exit_codes import Exit
 from npu_rl.launcher import megatron
-from npu_rl.launcher import run_files
 from npu_rl.launcher import prepare as prepare_job
 from npu_rl.model.tokenizer_override import load_override, resolve_override
 from npu_rl.recipe import load_recipe

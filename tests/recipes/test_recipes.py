@@ -8,7 +8,8 @@ import sys
 import pytest
 
 from npu_rl.errors import UserError
-from npu_rl.launcher.overrides import build_overrides, hydra_value
+from npu_rl.launcher.hydra import hydra_value
+from npu_rl.launcher.overrides import build_overrides
 from npu_rl.launcher.spec import build_launch
 from npu_rl.launcher.verl_config import check_recipe
 from npu_rl.paths import recipes_dir

@@ -11,8 +11,8 @@ import pytest
 import yaml
 from report_synth import healthy_metrics, with_timing, write_events
 
+from npu_rl import run_files
 from npu_rl.cli import main
-from npu_rl.launcher import run_files
 from npu_rl.recipe import load_recipe
 from npu_rl.report.thresholds import DEFAULTS
 

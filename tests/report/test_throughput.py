@@ -167,8 +167,7 @@ def test_warm_up_steps_come_from_the_thresholds(tmp_path):
 
 
 def test_the_demo_summary_has_the_throughput_block(tmp_path, monkeypatch, capsys):
-    from npu_rl import demo
-    from npu_rl.launcher import run_files
+    from npu_rl import demo, run_files
 
     monkeypatch.setenv("NPU_RL_WORKSPACE", str(tmp_path))
     recipe = load_recipe(TINY)

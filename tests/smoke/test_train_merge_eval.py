@@ -18,9 +18,9 @@ from pathlib import Path
 import psutil
 import pytest
 
+from npu_rl import run_files
 from npu_rl.cli import main
 from npu_rl.eval.table import CSV_NAME, ResultTable
-from npu_rl.launcher import run_files
 from npu_rl.patches.consistency import METRIC
 from npu_rl.recipe import load_recipe
 from npu_rl.report.scalars import load_run

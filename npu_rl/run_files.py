@@ -5,8 +5,8 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-from ..paths import workspace
-from ..recipe.schema import Recipe
+from .paths import workspace
+from .recipe.schema import Recipe
 
 
 def resolve(path: str | Path) -> Path:
@@ -41,6 +41,12 @@ def merged_model_dir(recipe: Recipe, step: int) -> Path:
 
 def log_root(recipe: Recipe) -> Path:
     return resolve(recipe.logging.dir) / recipe.logging.project / recipe.logging.experiment
+
+
+def eval_dir(recipe: Recipe) -> Path:
+    """Where `npu-rl eval` writes by default: next to the run's logs, where `npu-rl report --run <log root>`
+    finds the table."""
+    return log_root(recipe) / "eval"
 
 
 def backend_dir(run_dir: Path, backend: str) -> Path:
