@@ -45,9 +45,14 @@ def prepare() -> None:
 
 
 def run_once(name: str, recompute: bool, steps: int, tag: str) -> dict[str, list[float]]:
-    overrides = {"logging.experiment": f"olp_bench_{tag}_{name}", "optimizations.recompute_old_log_prob": recompute,
-                 "algorithm.total_training_steps": steps, "checkpoint.test_freq": -1, "checkpoint.save_freq": -1,
-                 "checkpoint.resume": "disable"}
+    overrides = {
+        "logging.experiment": f"olp_bench_{tag}_{name}",
+        "optimizations.recompute_old_log_prob": recompute,
+        "algorithm.total_training_steps": steps,
+        "checkpoint.test_freq": -1,
+        "checkpoint.save_freq": -1,
+        "checkpoint.resume": "disable",
+    }
     args = ["train", "--recipe", RECIPE]
     for key, value in overrides.items():
         args += ["--set", f"{key}={str(value).lower() if isinstance(value, bool) else value}"]
@@ -55,10 +60,15 @@ def run_once(name: str, recompute: bool, steps: int, tag: str) -> dict[str, list
     if npu_rl(args) != 0:
         raise SystemExit(f"training run {overrides['logging.experiment']} failed")
     scalars = load_run(run_files.log_root(load_recipe(RECIPE, overrides)))
-    out = {t: list(scalars[t].values) for t in ("timing_s/step", "timing_s/old_log_prob", "timing_s/update_actor")
-           if t in scalars}
-    log(f"  {name}: {len(out['timing_s/step'])} steps, run {time.perf_counter() - t0:.0f} s, "
-        f"step times {', '.join(f'{v:.2f}' for v in out['timing_s/step'])}")
+    out = {
+        t: list(scalars[t].values)
+        for t in ("timing_s/step", "timing_s/old_log_prob", "timing_s/update_actor")
+        if t in scalars
+    }
+    log(
+        f"  {name}: {len(out['timing_s/step'])} steps, run {time.perf_counter() - t0:.0f} s, "
+        f"step times {', '.join(f'{v:.2f}' for v in out['timing_s/step'])}"
+    )
     return out
 
 
@@ -79,16 +89,18 @@ def main() -> int:
         for name, recompute in SETTINGS:
             log(f"round {i + 1}/{args.rounds}, old_log_prob skip {name} ...")
             result = run_once(name, recompute, args.steps, f"{tag}_{i}")
-            steps[name] += result["timing_s/step"][args.warmup:]
-            old_pass += result.get("timing_s/old_log_prob", [])[args.warmup:]
+            steps[name] += result["timing_s/step"][args.warmup :]
+            old_pass += result.get("timing_s/old_log_prob", [])[args.warmup :]
             if name == "on" and "timing_s/old_log_prob" in result:
                 raise SystemExit("timing_s/old_log_prob logged with the pass skipped")
     off, on = statistics.median(steps["off"]), statistics.median(steps["on"])
     print(f"steps measured per setting: {len(steps['off'])} (off) / {len(steps['on'])} (on)")
     print(f"median step time: off {off:.3f} s, on {on:.3f} s")
     print(f"median step-time ratio (on / off): {on / off:.3f}")
-    print(f"time removed per step (off - on): {off - on:.3f} s "
-          f"(median old_log_prob pass when recomputed: {statistics.median(old_pass):.3f} s)")
+    print(
+        f"time removed per step (off - on): {off - on:.3f} s "
+        f"(median old_log_prob pass when recomputed: {statistics.median(old_pass):.3f} s)"
+    )
     return 0
 
 

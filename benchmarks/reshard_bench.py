@@ -26,18 +26,41 @@ from npu_rl.reshard.harness import blank_infer_shards, expected_infer_shards, fu
 
 DEEPSEEK = ModelShapes()
 CASES = [
-    ("article: EP4 PP2 -> EP8, 8 ranks",
-     TrainLayout(8, tp=1, pp=2, ep=4, layers_per_stage=(30, 31)), InferLayout(8, tp=1, ep=8), None),
-    ("EP8 PP2 -> EP16, 16 ranks",
-     TrainLayout(16, tp=1, pp=2, ep=8, layers_per_stage=(30, 31)), InferLayout(16, tp=1, ep=16), None),
-    ("recipe: TP4 PP8 EP8 -> TP2 EP256, 256 ranks",
-     TrainLayout(256, tp=4, pp=8, ep=8, layers_per_stage=(7, 7, 8, 8, 8, 8, 8, 7)),
-     InferLayout(256, tp=2, ep=256), 16),
+    (
+        "article: EP4 PP2 -> EP8, 8 ranks",
+        TrainLayout(8, tp=1, pp=2, ep=4, layers_per_stage=(30, 31)),
+        InferLayout(8, tp=1, ep=8),
+        None,
+    ),
+    (
+        "EP8 PP2 -> EP16, 16 ranks",
+        TrainLayout(16, tp=1, pp=2, ep=8, layers_per_stage=(30, 31)),
+        InferLayout(16, tp=1, ep=16),
+        None,
+    ),
+    (
+        "recipe: TP4 PP8 EP8 -> TP2 EP256, 256 ranks",
+        TrainLayout(256, tp=4, pp=8, ep=8, layers_per_stage=(7, 7, 8, 8, 8, 8, 8, 7)),
+        InferLayout(256, tp=2, ep=256),
+        16,
+    ),
 ]
 # DeepSeek-V3's structure at a size 8 CPU processes move in about a second.
-TIMED = ModelShapes(num_layers=4, first_k_dense=1, hidden=512, intermediate=1024, moe_intermediate=256,
-                    num_experts=32, vocab=8192, num_heads=8, q_lora_rank=128, kv_lora_rank=64,
-                    qk_nope_head_dim=32, qk_rope_head_dim=16, v_head_dim=32)
+TIMED = ModelShapes(
+    num_layers=4,
+    first_k_dense=1,
+    hidden=512,
+    intermediate=1024,
+    moe_intermediate=256,
+    num_experts=32,
+    vocab=8192,
+    num_heads=8,
+    q_lora_rank=128,
+    kv_lora_rank=64,
+    qk_nope_head_dim=32,
+    qk_rope_head_dim=16,
+    v_head_dim=32,
+)
 TIMED_PAIR = (TrainLayout(8, tp=1, pp=2, ep=4, layers_per_stage=(2, 2)), InferLayout(8, tp=1, ep=8))
 
 
@@ -51,8 +74,15 @@ def plan_tables(bucket_bytes: int, quick: bool) -> None:
     for label, train, infer, per_node in CASES[:2] if quick else CASES:
         log(f"planning {label} ...")
         t0 = time.perf_counter()
-        plan = plan_reshard(params, train, infer, num_layers=DEEPSEEK.num_layers,
-                            num_experts=DEEPSEEK.num_experts, bucket_bytes=bucket_bytes, devices_per_node=per_node)
+        plan = plan_reshard(
+            params,
+            train,
+            infer,
+            num_layers=DEEPSEEK.num_layers,
+            num_experts=DEEPSEEK.num_experts,
+            bucket_bytes=bucket_bytes,
+            devices_per_node=per_node,
+        )
         rep = build_report(plan, DEEPSEEK.num_layers, label)
         log(f"  {len(plan.transfers):,} slices, {plan.num_rounds} rounds, {time.perf_counter() - t0:.1f} s")
         reports.append(rep)
@@ -67,8 +97,14 @@ def plan_tables(bucket_bytes: int, quick: bool) -> None:
 
 def _time_rank(rank: int, world: int, repeats: int, bucket_bytes: int):
     train, infer = TIMED_PAIR
-    plan = plan_reshard(model_params(TIMED), train, infer, num_layers=TIMED.num_layers,
-                        num_experts=TIMED.num_experts, bucket_bytes=bucket_bytes)
+    plan = plan_reshard(
+        model_params(TIMED),
+        train,
+        infer,
+        num_layers=TIMED.num_layers,
+        num_experts=TIMED.num_experts,
+        bucket_bytes=bucket_bytes,
+    )
     full = full_weights(plan, seed=1)
     shards = train_shards(plan, rank, full)
     want = expected_infer_shards(plan, rank, full)
@@ -97,11 +133,15 @@ def timing(repeats: int, bucket_bytes: int) -> None:
     log(f"timing on {train.world} CPU processes ({nbytes / 2**20:.0f} MiB model, {repeats} repeats) ...")
     res = run_ranks(train.world, _time_rank, repeats, bucket_bytes, timeout_s=300)
     # A sync is as slow as its slowest rank.
-    med = {n: statistics.median(max(r["times"][n][i] for r in res) for i in range(repeats))
-           for n in ("alltoallv", "all_gather")}
+    med = {
+        n: statistics.median(max(r["times"][n][i] for r in res) for i in range(repeats))
+        for n in ("alltoallv", "all_gather")
+    }
     peak = {n: max(r["peak"][n] for r in res) for n in med}
-    print(f"\nCPU gloo timing: {train.describe()} -> {infer.describe()}, {nbytes / 2**20:.0f} MiB bf16, "
-          f"bucket {bucket_bytes / 2**20:.0f} MiB, median of {repeats}")
+    print(
+        f"\nCPU gloo timing: {train.describe()} -> {infer.describe()}, {nbytes / 2**20:.0f} MiB bf16, "
+        f"bucket {bucket_bytes / 2**20:.0f} MiB, median of {repeats}"
+    )
     for n in med:
         print(f"  {n:<10}  {med[n] * 1e3:8.1f} ms   peak extra {peak[n] / 2**20:7.2f} MiB")
     print(f"  all_gather / alltoallv time: {med['all_gather'] / med['alltoallv']:.2f}x")

@@ -24,10 +24,10 @@ import re
 import statistics
 import sys
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from fractions import Fraction
 from pathlib import Path
-from typing import Callable
 
 REPO = Path(__file__).resolve().parents[1]
 DEFAULT_DATA = REPO.parent / "shared" / "data" / "math500" / "test.jsonl"
@@ -301,8 +301,11 @@ def distinction_forms(gt: str) -> list[tuple[str, int, str]]:
     m = _WITH_UNIT.fullmatch(gt)
     if m and m.group(2) in OTHER_UNIT:
         value, unit, power = m.group(1), m.group(2), m.group(3) or ""
-        out += [(value, 1, "unit"), (f"{value} {unit}{power}", 1, "unit"),
-                (f"{value}\\text{{ {OTHER_UNIT[unit]}}}{power}", 0, "unit")]
+        out += [
+            (value, 1, "unit"),
+            (f"{value} {unit}{power}", 1, "unit"),
+            (f"{value}\\text{{ {OTHER_UNIT[unit]}}}{power}", 0, "unit"),
+        ]
     return out
 
 
@@ -325,8 +328,10 @@ LOOK_ALIKES = [
 
 
 def look_alikes() -> list[Case]:
-    return [Case(wrap(f"\\boxed{{{a}}}"), gt, label, "rewrite" if label else "near_miss", form)
-            for a, gt, label, form in LOOK_ALIKES]
+    return [
+        Case(wrap(f"\\boxed{{{a}}}"), gt, label, "rewrite" if label else "near_miss", form)
+        for a, gt, label, form in LOOK_ALIKES
+    ]
 
 
 def pathological() -> list[Case]:
@@ -361,7 +366,9 @@ def math_verify_scorer() -> Callable[[str, str], float]:
 
     gold_cfg = [LatexExtractionConfig(), ExprExtractionConfig()]
     norm = NormalizationConfig(nits=False, malformed_operators=False, basic_latex=True, boxed="all", units=True)
-    pred_cfg = [LatexExtractionConfig(normalization_config=norm, boxed_match_priority=0, try_extract_without_anchor=False)]
+    pred_cfg = [
+        LatexExtractionConfig(normalization_config=norm, boxed_match_priority=0, try_extract_without_anchor=False)
+    ]
 
     def score(response: str, gt: str) -> float:
         try:
@@ -483,41 +490,60 @@ def main(argv: list[str] | None = None) -> int:
 
     cases = build_cases(args.data, args.limit)
     n_lab = sum(c.label is not None for c in cases)
-    print(f"{len(cases)} responses ({n_lab} labelled: {sum(c.label == 1 for c in cases)} correct, "
-          f"{sum(c.kind == 'near_miss' for c in cases)} near-misses, {sum(c.kind == 'hack' for c in cases)} hacks; "
-          f"{len(cases) - n_lab} pathological)", file=sys.stderr)
+    print(
+        f"{len(cases)} responses ({n_lab} labelled: {sum(c.label == 1 for c in cases)} correct, "
+        f"{sum(c.kind == 'near_miss' for c in cases)} near-misses, {sum(c.kind == 'hack' for c in cases)} hacks; "
+        f"{len(cases) - n_lab} pathological)",
+        file=sys.stderr,
+    )
     warm_up(wait_s=30)  # worker start-up (imports) is a one-off per training run, not per response
 
     rows = []
     ours = run_single("npu_rl.reward", ours_scorer(), cases)
     t = time.perf_counter()
-    batch = compute_score_batch(["math"] * len(cases), [c.response for c in cases], [c.gt for c in cases],
-                                timeout_s=args.timeout_s)
+    batch = compute_score_batch(
+        ["math"] * len(cases), [c.response for c in cases], [c.gt for c in cases], timeout_s=args.timeout_s
+    )
     batch_rps = len(cases) / (time.perf_counter() - t)
     mismatch = sum((b["acc"] >= 0.5) != v for b, v in zip(batch, ours["verdicts"]))
-    results = [ours, run_single("sympy + numeral fast path", sympy_scorer(args.timeout_s), cases),
-               run_single("math-verify (recipe)", math_verify_scorer(), cases),
-               run_single("verl math_reward", verl_scorer(), cases)]
+    results = [
+        ours,
+        run_single("sympy + numeral fast path", sympy_scorer(args.timeout_s), cases),
+        run_single("math-verify (recipe)", math_verify_scorer(), cases),
+        run_single("verl math_reward", verl_scorer(), cases),
+    ]
     rows = [summarize(r, cases, batch_rps if r is ours else None) for r in results]
     labelled = [k for k, c in enumerate(cases) if c.label is not None]
     disagree = sum(ours["verdicts"][k] != results[1]["verdicts"][k] for k in labelled)
 
-    print("\n| scorer | accuracy | recall | FP rate | hack FPs | resp/s (1 proc) | resp/s (batch) "
-          "| p50 ms | p99 ms | max ms |")
+    print(
+        "\n| scorer | accuracy | recall | FP rate | hack FPs | resp/s (1 proc) | resp/s (batch) "
+        "| p50 ms | p99 ms | max ms |"
+    )
     print("|---|---|---|---|---|---|---|---|---|---|")
     for r in rows:
         b = f"{r['batch_rps']:.0f}" if r["batch_rps"] else "n/a"
-        print(f"| {r['name']} | {r['acc']:.4f} | {r['recall']:.4f} | {r['fp']:.4f} | {r['fp_hack']}/{r['n_hack']} "
-              f"| {r['rps']:.0f} | {b} | {r['p50']:.2f} | {r['p99']:.2f} | {r['max']:.1f} |")
+        print(
+            f"| {r['name']} | {r['acc']:.4f} | {r['recall']:.4f} | {r['fp']:.4f} | {r['fp_hack']}/{r['n_hack']} "
+            f"| {r['rps']:.0f} | {b} | {r['p50']:.2f} | {r['p99']:.2f} | {r['max']:.1f} |"
+        )
     print_forms(cases, results)
     mv = rows[2]
-    print(f"\nspeed-up vs Math-Verify: {rows[0]['rps'] / mv['rps']:.1f}x (1 proc), "
-          f"{rows[0]['batch_rps'] / mv['rps']:.1f}x (batch); sympy + numeral fast path: "
-          f"{rows[1]['rps'] / mv['rps']:.1f}x; batch/single verdict mismatches: {mismatch}; "
-          f"verdicts differing between the two judges' leaves: {disagree}/{len(labelled)}")
+    print(
+        f"\nspeed-up vs Math-Verify: {rows[0]['rps'] / mv['rps']:.1f}x (1 proc), "
+        f"{rows[0]['batch_rps'] / mv['rps']:.1f}x (batch); sympy + numeral fast path: "
+        f"{rows[1]['rps'] / mv['rps']:.1f}x; batch/single verdict mismatches: {mismatch}; "
+        f"verdicts differing between the two judges' leaves: {disagree}/{len(labelled)}"
+    )
     ours_row = rows[0]
-    ok = (ours_row["acc"] >= 0.999 and ours_row["fp"] == 0 and ours_row["fp_hack"] == 0 and mismatch == 0
-          and ours_row["rps"] >= 10 * mv["rps"] and ours_row["max"] <= args.timeout_s * 1000)
+    ok = (
+        ours_row["acc"] >= 0.999
+        and ours_row["fp"] == 0
+        and ours_row["fp_hack"] == 0
+        and mismatch == 0
+        and ours_row["rps"] >= 10 * mv["rps"]
+        and ours_row["max"] <= args.timeout_s * 1000
+    )
     print("targets met" if ok else "TARGETS NOT MET")
     return 0 if ok else 1
 

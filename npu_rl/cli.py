@@ -37,8 +37,11 @@ class _Parser(argparse.ArgumentParser):
     """argparse whose usage errors are the CLI's one line (subcommand parsers inherit the class)."""
 
     def error(self, message: str):
-        print(f"npu-rl: error: {self.prog.removeprefix('npu-rl').strip() or 'npu-rl'}: {message} "
-              f"(see `{self.prog} --help`)", file=sys.stderr)
+        print(
+            f"npu-rl: error: {self.prog.removeprefix('npu-rl').strip() or 'npu-rl'}: {message} "
+            f"(see `{self.prog} --help`)",
+            file=sys.stderr,
+        )
         raise SystemExit(2)
 
 

@@ -22,10 +22,10 @@ import time
 import urllib.error
 import urllib.parse
 import urllib.request
+from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Iterator
 
 from .cluster.probe import port_free
 from .errors import UserError
@@ -54,10 +54,20 @@ class Dashboard:
         exe = _executable(self.kind)
         if self.kind == "tensorboard":
             # --load_fast=false: the Python reader (the Rust one is a separate download).
-            return [exe, "--logdir", str(self.logdir), "--host", self.host, "--port", str(self.port),
-                    "--load_fast", "false", "--reload_interval", "5"]
-        return [exe, "watch", str(self.logdir), "--host", self.host, "--port", str(self.port),
-                "--log-level", "warning"]
+            return [
+                exe,
+                "--logdir",
+                str(self.logdir),
+                "--host",
+                self.host,
+                "--port",
+                str(self.port),
+                "--load_fast",
+                "false",
+                "--reload_interval",
+                "5",
+            ]
+        return [exe, "watch", str(self.logdir), "--host", self.host, "--port", str(self.port), "--log-level", "warning"]
 
 
 def _executable(kind: str) -> str:
@@ -100,8 +110,9 @@ def plan(run_dir: Path, kinds: tuple[str, ...], host: str, ports: dict[str, int]
         folder = logdir(run_dir, kind)
         if not folder.is_dir():
             backend = "tensorboard" if kind == "tensorboard" else "swanlab"
-            raise UserError(f"no {kind} logs under {run_dir} (expected {folder}; train with logging.backends "
-                            f"including {backend})")
+            raise UserError(
+                f"no {kind} logs under {run_dir} (expected {folder}; train with logging.backends including {backend})"
+            )
         d = Dashboard(kind, folder, host, ports.get(kind, PORTS[kind]))
         if not port_free(d.port, host):
             raise UserError(f"port {d.port} on {host} is in use: pick another with --{kind}-port")
@@ -122,8 +133,9 @@ def answers(url: str, timeout: float = 2.0) -> bool:
 
 
 @contextmanager
-def serve(run_dir: Path, dashboards: list[Dashboard], *, log=print,
-          ready_timeout: float = 90) -> Iterator[list[subprocess.Popen]]:
+def serve(
+    run_dir: Path, dashboards: list[Dashboard], *, log=print, ready_timeout: float = 90
+) -> Iterator[list[subprocess.Popen]]:
     """Run the dashboards until the block ends (yields their processes); state files name them meanwhile."""
     procs: list[subprocess.Popen] = []
     states = [state_file(run_dir, d.kind) for d in dashboards]
@@ -133,8 +145,15 @@ def serve(run_dir: Path, dashboards: list[Dashboard], *, log=print,
                 out = open(run_dir / f".{d.kind}.log", "wb")
             except OSError as err:
                 raise UserError(f"cannot write into the run directory {run_dir}: {err.strerror}") from None
-            procs.append(subprocess.Popen(d.command(), stdout=out, stderr=subprocess.STDOUT,
-                                          start_new_session=True, env={**os.environ, "SWANLAB_MODE": "local"}))
+            procs.append(
+                subprocess.Popen(
+                    d.command(),
+                    stdout=out,
+                    stderr=subprocess.STDOUT,
+                    start_new_session=True,
+                    env={**os.environ, "SWANLAB_MODE": "local"},
+                )
+            )
         deadline = time.monotonic() + ready_timeout
         for d, proc in zip(dashboards, procs):
             while not answers(d.url) and proc.poll() is None and time.monotonic() < deadline:

@@ -35,8 +35,7 @@ def _job(argv: list[str], ok_codes: tuple[int, ...] = (0,)) -> int:
     return code
 
 
-def run(workdir: Path, steps: int, eval_limit: int, fresh: bool,
-        warm_start_steps: int = DEMO_WARM_START_STEPS) -> int:
+def run(workdir: Path, steps: int, eval_limit: int, fresh: bool, warm_start_steps: int = DEMO_WARM_START_STEPS) -> int:
     workdir = workdir.resolve()
     workdir.mkdir(parents=True, exist_ok=True)
     os.environ["NPU_RL_WORKSPACE"] = str(workdir)
@@ -55,8 +54,9 @@ def run(workdir: Path, steps: int, eval_limit: int, fresh: bool,
     if (model_dir / "config.json").is_file():
         print(f"reusing {model_dir}")
     else:
-        _job(["model", "tiny", "--out", str(model_dir), "--recipe", RECIPE, "--warm-start-steps",
-              str(warm_start_steps)])
+        _job(
+            ["model", "tiny", "--out", str(model_dir), "--recipe", RECIPE, "--warm-start-steps", str(warm_start_steps)]
+        )
     timings["model"] = time.monotonic() - t
 
     _step("2/6 data: bundled MATH-style sample (held-out test split) -> verl parquet")
@@ -103,8 +103,14 @@ def accuracy_gain(recipe, metric: str = "accuracy") -> tuple[float, float, int]:
 ANSWER_LABELS = {"boxed": "boxed answers", "boxed accuracy": "right among boxed"}
 
 
-def _summary(recipe, timings: dict[str, float], total: float, report, gain: tuple[float, float, int],
-             answers: dict[str, tuple[float, float, int]] | None = None) -> None:
+def _summary(
+    recipe,
+    timings: dict[str, float],
+    total: float,
+    report,
+    gain: tuple[float, float, int],
+    answers: dict[str, tuple[float, float, int]] | None = None,
+) -> None:
     from .report.scalars import load_run
 
     series = load_run(run_files.log_root(recipe))
@@ -145,12 +151,15 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--workdir", type=Path, default=Path("workspace/demo"))
     p.add_argument("--steps", type=int, default=DEMO_STEPS, help="GRPO steps to train")
     p.add_argument("--eval-limit", type=int, default=64, help="held-out problems to evaluate")
-    p.add_argument("--warm-start-steps", type=int, default=DEMO_WARM_START_STEPS,
-                   help="teacher-forcing steps of the tiny model's warm start (fewer: a quicker, weaker base)")
+    p.add_argument(
+        "--warm-start-steps",
+        type=int,
+        default=DEMO_WARM_START_STEPS,
+        help="teacher-forcing steps of the tiny model's warm start (fewer: a quicker, weaker base)",
+    )
     p.add_argument("--resume", action="store_true", help="keep earlier checkpoints and logs (resume training)")
     args = p.parse_args(argv)
-    return run(args.workdir, args.steps, args.eval_limit, fresh=not args.resume,
-               warm_start_steps=args.warm_start_steps)
+    return run(args.workdir, args.steps, args.eval_limit, fresh=not args.resume, warm_start_steps=args.warm_start_steps)
 
 
 if __name__ == "__main__":

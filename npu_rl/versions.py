@@ -7,7 +7,7 @@
 from __future__ import annotations
 
 import sys
-from functools import lru_cache
+from functools import cache
 from pathlib import Path
 from typing import Any
 
@@ -16,7 +16,7 @@ import yaml
 from .paths import config_dir
 
 
-@lru_cache(maxsize=None)
+@cache
 def load(path: str | None = None) -> dict[str, Any]:
     p = Path(path) if path else config_dir() / "versions.yaml"
     with open(p, encoding="utf-8") as f:

@@ -42,8 +42,10 @@ def pytest_terminal_summary(terminalreporter, config):
     if total <= 0:
         return
     wall, cores = time.monotonic() - t0, psutil.cpu_count()
-    terminalreporter.write_line(f"cpu: {busy / total:.0%} of {cores} cores busy over {wall:.0f} s "
-                                f"(about {busy / total * cores * wall:.0f} core-seconds, every process on the machine)")
+    terminalreporter.write_line(
+        f"cpu: {busy / total:.0%} of {cores} cores busy over {wall:.0f} s "
+        f"(about {busy / total * cores * wall:.0f} core-seconds, every process on the machine)"
+    )
 
 
 @pytest.fixture(scope="session")
@@ -84,8 +86,15 @@ def complete_checkpoint():
 
 
 # What `npu-rl model tiny` reads besides its arguments: a change to any of these makes a new model.
-_TINY_INPUTS = ("npu_rl/model/tiny.py", "npu_rl/model/warmstart.py", "npu_rl/model/tokenizer_override.py",
-                "npu_rl/data/sample.py", "npu_rl/commands/model.py", "configs/tokenizer", "configs/recipes")
+_TINY_INPUTS = (
+    "npu_rl/model/tiny.py",
+    "npu_rl/model/warmstart.py",
+    "npu_rl/model/tokenizer_override.py",
+    "npu_rl/data/sample.py",
+    "npu_rl/commands/model.py",
+    "configs/tokenizer",
+    "configs/recipes",
+)
 _TINY_DISTS = ("torch", "transformers", "tokenizers", "safetensors")
 
 
@@ -140,14 +149,31 @@ def deepseek_standin():
         for f in qwen.iterdir():
             if f.name.startswith(("tokenizer", "special_tokens")):
                 shutil.copy(f, out / f.name)
-        cfg = DeepseekV3Config(vocab_size=512, hidden_size=64, intermediate_size=128, moe_intermediate_size=32,
-                               num_hidden_layers=61, num_attention_heads=4, num_key_value_heads=4, n_routed_experts=256,
-                               num_experts_per_tok=8, n_group=8, topk_group=4, q_lora_rank=32, kv_lora_rank=16,
-                               qk_rope_head_dim=8, qk_nope_head_dim=8, v_head_dim=8, first_k_dense_replace=3,
-                               architectures=["DeepseekV3ForCausalLM"])
+        cfg = DeepseekV3Config(
+            vocab_size=512,
+            hidden_size=64,
+            intermediate_size=128,
+            moe_intermediate_size=32,
+            num_hidden_layers=61,
+            num_attention_heads=4,
+            num_key_value_heads=4,
+            n_routed_experts=256,
+            num_experts_per_tok=8,
+            n_group=8,
+            topk_group=4,
+            q_lora_rank=32,
+            kv_lora_rank=16,
+            qk_rope_head_dim=8,
+            qk_nope_head_dim=8,
+            v_head_dim=8,
+            first_k_dense_replace=3,
+            architectures=["DeepseekV3ForCausalLM"],
+        )
         cfg.save_pretrained(out)
         # The rehearsal loads no weights, but the preflight wants a checkpoint file in the model dir.
-        save_file({"model.embed_tokens.weight": torch.zeros(cfg.vocab_size, cfg.hidden_size)}, out / "model.safetensors")
+        save_file(
+            {"model.embed_tokens.weight": torch.zeros(cfg.vocab_size, cfg.hidden_size)}, out / "model.safetensors"
+        )
         return out
 
     return make
@@ -175,8 +201,9 @@ def notebook_run(tmp_path_factory):
     mp = pytest.MonkeyPatch()
     mp.setenv("RAY_ADDRESS", "")  # a fresh local cluster, whatever the caller's shell says
     try:
-        client = nbclient.NotebookClient(nb, timeout=600, kernel_name="python3",
-                                         resources={"metadata": {"path": str(work)}})
+        client = nbclient.NotebookClient(
+            nb, timeout=600, kernel_name="python3", resources={"metadata": {"path": str(work)}}
+        )
         client.execute()
     finally:
         mp.undo()

@@ -110,13 +110,16 @@ def test_a_broken_link_is_found(tmp_path: Path):
     assert [b.split(":")[0] for b in broken] == ["nowhere.md", "other.md#no-such-heading", "#nothing"]
 
 
-@pytest.mark.parametrize("heading, anchor", [
-    ("When a run fails on a cluster", "when-a-run-fails-on-a-cluster"),
-    ("The CPU demo (make demo)", "the-cpu-demo-make-demo"),
-    ("The Ascend images' Python set", "the-ascend-images-python-set"),
-    ("CPU pods (smoke tests of the multi-node path)", "cpu-pods-smoke-tests-of-the-multi-node-path"),
-    ("Set-up a test needs", "set-up-a-test-needs"),
-    ("snake_case and 2-node", "snake_case-and-2-node"),
-])
+@pytest.mark.parametrize(
+    "heading, anchor",
+    [
+        ("When a run fails on a cluster", "when-a-run-fails-on-a-cluster"),
+        ("The CPU demo (make demo)", "the-cpu-demo-make-demo"),
+        ("The Ascend images' Python set", "the-ascend-images-python-set"),
+        ("CPU pods (smoke tests of the multi-node path)", "cpu-pods-smoke-tests-of-the-multi-node-path"),
+        ("Set-up a test needs", "set-up-a-test-needs"),
+        ("snake_case and 2-node", "snake_case-and-2-node"),
+    ],
+)
 def test_github_slug(heading: str, anchor: str):
     assert slug(heading) == anchor

@@ -35,8 +35,9 @@ def test_pins_are_read_from_the_file_given(tmp_path):
 
 
 def test_cli_prints_one_pin():
-    out = subprocess.run([sys.executable, "-m", "npu_rl.versions", "get", "common.ray"], capture_output=True,
-                         text=True, check=True).stdout.strip()
+    out = subprocess.run(
+        [sys.executable, "-m", "npu_rl.versions", "get", "common.ray"], capture_output=True, text=True, check=True
+    ).stdout.strip()
     assert out == versions.get("common.ray")
 
 

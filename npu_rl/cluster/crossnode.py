@@ -65,8 +65,11 @@ def local_facts(node_ip: str, node_id: str, exclude: frozenset[str] = frozenset(
     root = cann.ascend_root()
     versions["CANN"] = cann.toolkit_version(root)
     versions["driver"] = cann.driver_version(root)
-    env = {k: "(set)" if k in SET_OR_NOT else v for k, v in os.environ.items()
-           if (k.startswith(AGREE_PREFIXES) or k in AGREE_NAMES) and k not in PER_NODE and k not in exclude}
+    env = {
+        k: "(set)" if k in SET_OR_NOT else v
+        for k, v in os.environ.items()
+        if (k.startswith(AGREE_PREFIXES) or k in AGREE_NAMES) and k not in PER_NODE and k not in exclude
+    }
     return NodeFacts(node_ip, node_id, versions, env)
 
 
@@ -128,20 +131,28 @@ def check_cluster(ckpt_root: Path, exclude: set[str], timeout: float = 120.0) ->
 
     def on_each(fn, *args, with_ip=False):
         # The node's address as its raylet registered it (a worker process's own guess may be another interface).
-        refs = [fn.options(scheduling_strategy=NodeAffinitySchedulingStrategy(n["NodeID"], soft=False))
-                .remote(*([n["NodeManagerAddress"]] if with_ip else []), *args) for n in nodes]
+        refs = [
+            fn.options(scheduling_strategy=NodeAffinitySchedulingStrategy(n["NodeID"], soft=False)).remote(
+                *([n["NodeManagerAddress"]] if with_ip else []), *args
+            )
+            for n in nodes
+        ]
         try:
             return ray.get(refs, timeout=timeout)
         except GetTimeoutError:
-            raise UserError(f"cross-node preflight: not every node answered within {timeout:.0f}s (a frozen or "
-                            "overloaded node)", exit_code=Exit.NODE_LOST) from None
+            raise UserError(
+                f"cross-node preflight: not every node answered within {timeout:.0f}s (a frozen or overloaded node)",
+                exit_code=Exit.NODE_LOST,
+            ) from None
         except RayError as err:
             if isinstance(getattr(err, "cause", None), ModuleNotFoundError):
-                raise UserError(f"cross-node preflight: a node cannot run npu-rl ({err.cause}); every node needs "
-                                "the same image") from None
+                raise UserError(
+                    f"cross-node preflight: a node cannot run npu-rl ({err.cause}); every node needs the same image"
+                ) from None
             first = str(err).strip().splitlines()[-1] if str(err).strip() else type(err).__name__
-            raise UserError(f"cross-node preflight: a node failed or left ({type(err).__name__}: {first})",
-                            exit_code=Exit.NODE_LOST) from None
+            raise UserError(
+                f"cross-node preflight: a node failed or left ({type(err).__name__}: {first})", exit_code=Exit.NODE_LOST
+            ) from None
 
     try:
         ckpt_root.mkdir(parents=True, exist_ok=True)
@@ -161,12 +172,15 @@ def check_cluster(ckpt_root: Path, exclude: set[str], timeout: float = 120.0) ->
         if blind:
             f, missing = blind[0]
             others = ", ".join(sorted(g.node_ip + f" ({g.node_id[:8]})" for g in facts if g.node_id in missing))
-            problems.append(f"checkpoint directory {ckpt_root} is not shared: node {f.node_ip} ({f.node_id[:8]}) "
-                            f"does not see what {others} wrote there ({len(blind)} of {len(facts)} nodes are "
-                            "blind to others); mount the same ReadWriteMany volume on every node")
+            problems.append(
+                f"checkpoint directory {ckpt_root} is not shared: node {f.node_ip} ({f.node_id[:8]}) "
+                f"does not see what {others} wrote there ({len(blind)} of {len(facts)} nodes are "
+                "blind to others); mount the same ReadWriteMany volume on every node"
+            )
         if problems:
-            raise UserError(f"the {len(facts)} nodes of the cluster disagree, no step was trained: "
-                            + " | ".join(problems))
+            raise UserError(
+                f"the {len(facts)} nodes of the cluster disagree, no step was trained: " + " | ".join(problems)
+            )
         return facts
     finally:
         shutil.rmtree(ckpt_root / SENTINELS / token, ignore_errors=True)

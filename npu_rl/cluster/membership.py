@@ -41,8 +41,10 @@ def shortfall(nodes: Iterable[Node], want: Expectation) -> str | None:
         return None
     npus = sum(int(n.npus) for n in nodes)
     missing_nodes = want.nnodes - len(full)
-    msg = (f"{missing_nodes} of {want.nnodes} nodes missing ({len(full)} joined with {want.npus_per_node} NPU each); "
-           f"{max(0, want.total_npus - npus)} of {want.total_npus} NPUs missing ({npus} registered)")
+    msg = (
+        f"{missing_nodes} of {want.nnodes} nodes missing ({len(full)} joined with {want.npus_per_node} NPU each); "
+        f"{max(0, want.total_npus - npus)} of {want.total_npus} NPUs missing ({npus} registered)"
+    )
     short = [n for n in nodes if n.npus < want.npus_per_node]
     if short:
         listed = ", ".join(f"{n.ip} has {int(n.npus)}" for n in short[:5])
@@ -53,8 +55,11 @@ def shortfall(nodes: Iterable[Node], want: Expectation) -> str | None:
 def ray_nodes() -> list[Node]:
     import ray
 
-    return [Node(n["NodeManagerAddress"], float(n.get("Resources", {}).get("NPU", 0.0)))
-            for n in ray.nodes() if n.get("Alive")]
+    return [
+        Node(n["NodeManagerAddress"], float(n.get("Resources", {}).get("NPU", 0.0)))
+        for n in ray.nodes()
+        if n.get("Alive")
+    ]
 
 
 @contextlib.contextmanager
@@ -68,8 +73,9 @@ def connected(address: str, namespace: str) -> Iterator[None]:
     in_main = threading.current_thread() is threading.main_thread()
     previous = {s: signal.getsignal(s) for s in (signal.SIGTERM, signal.SIGINT)} if in_main else {}
     try:
-        ray.init(address=address, log_to_driver=False, logging_level="ERROR", configure_logging=False,
-                 namespace=namespace)
+        ray.init(
+            address=address, log_to_driver=False, logging_level="ERROR", configure_logging=False, namespace=namespace
+        )
     finally:
         for s, handler in previous.items():  # at once: a SIGTERM during the block must reach the caller's
             signal.signal(s, handler)
@@ -83,9 +89,14 @@ class ClusterTimeout(Exception):
     pass
 
 
-def wait_for_cluster(address: Address, want: Expectation, deadline: Deadline,
-                     progress: Callable[[str], None], poll: float = 1.0,
-                     report_every: float = 10.0) -> list[Node]:
+def wait_for_cluster(
+    address: Address,
+    want: Expectation,
+    deadline: Deadline,
+    progress: Callable[[str], None],
+    poll: float = 1.0,
+    report_every: float = 10.0,
+) -> list[Node]:
     """Connect to the head at ``address`` and poll membership; raises ClusterTimeout with the shortfall."""
     with connected(str(address), namespace="npu-rl-wait"):
         last_report = -report_every
@@ -93,8 +104,10 @@ def wait_for_cluster(address: Address, want: Expectation, deadline: Deadline,
             nodes = ray_nodes()
             missing = shortfall(nodes, want)
             if missing is None:
-                progress(f"cluster ready: {len(nodes)} nodes, {sum(int(n.npus) for n in nodes)} NPUs "
-                         f"after {deadline.elapsed():.0f}s")
+                progress(
+                    f"cluster ready: {len(nodes)} nodes, {sum(int(n.npus) for n in nodes)} NPUs "
+                    f"after {deadline.elapsed():.0f}s"
+                )
                 return nodes
             if deadline.passed():
                 raise ClusterTimeout(f"cluster at {address} not ready after {deadline.elapsed():.0f}s: {missing}")

@@ -59,8 +59,9 @@ def address_of(ifname: str) -> str:
     raise UserError(f"network interface {ifname!r} has no IPv4 address")
 
 
-def select_interface(head_ip: str | None = None, ifname: str | None = None,
-                     environ: Mapping[str, str] | None = None) -> Interface:
+def select_interface(
+    head_ip: str | None = None, ifname: str | None = None, environ: Mapping[str, str] | None = None
+) -> Interface:
     """The given interface, else one a socket variable of ``environ`` names (the recipe's or the pod's
     ``HCCL_SOCKET_IFNAME``...), else the one routing to ``head_ip``, else the default route's."""
     if ifname:
@@ -73,16 +74,20 @@ def select_interface(head_ip: str | None = None, ifname: str | None = None,
         return Interface(named[1], address_of(named[1]), f"named by {named[0]}={named[1]}")
     try:
         ip = route_source_ip(head_ip or _DEFAULT_ROUTE_PROBE)
-        why = f"the route to the head {head_ip} leaves through it" if head_ip else \
-            "the default route leaves through it (no head address to route to)"
+        why = (
+            f"the route to the head {head_ip} leaves through it"
+            if head_ip
+            else "the default route leaves through it (no head address to route to)"
+        )
     except OSError:
         # No default route (air-gapped host): fall back to what the host name resolves to.
         ip = resolve(socket.gethostname())
         why = f"no route to {head_ip or 'a default gateway'}; it carries this host name's address"
     name = interface_of(ip)
     if name is None:
-        raise UserError(f"no local interface carries {ip} (the route to {head_ip or 'the default gateway'}); "
-                        "pass --ifname")
+        raise UserError(
+            f"no local interface carries {ip} (the route to {head_ip or 'the default gateway'}); pass --ifname"
+        )
     return Interface(name, ip, f"{why}; no --ifname, NPU_RL_IFNAME or socket variable names one")
 
 

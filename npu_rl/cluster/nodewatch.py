@@ -52,7 +52,7 @@ class NodeWatch:
         self._done = threading.Event()
         self._thread = threading.Thread(target=self._loop, name="npu-rl-nodewatch", daemon=True)
 
-    def start(self) -> "NodeWatch":
+    def start(self) -> NodeWatch:
         import ray
 
         self._members = {n["NodeID"]: n for n in ray.nodes() if n.get("Alive")}

@@ -111,8 +111,9 @@ def _plain(env: Mapping[str, str], role: str | None) -> Placement | None:
     if not any(k in env for k in ("NODE_RANK", "MASTER_ADDR", "NNODES")):
         return None
     rank = _int(env, "NODE_RANK")
-    return Placement("env", rank, _int(env, "NNODES", 1), env.get("MASTER_ADDR") or None,
-                     is_head=None if rank is None else rank == 0)
+    return Placement(
+        "env", rank, _int(env, "NNODES", 1), env.get("MASTER_ADDR") or None, is_head=None if rank is None else rank == 0
+    )
 
 
 READERS: list[tuple[str, Callable[[Mapping[str, str], str | None], Placement | None]]] = [

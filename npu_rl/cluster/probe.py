@@ -21,7 +21,7 @@ class Address:
         return f"{self.host}:{self.port}"
 
     @classmethod
-    def parse(cls, text: str, default_port: int) -> "Address":
+    def parse(cls, text: str, default_port: int) -> Address:
         host, sep, port = text.rpartition(":")
         if not sep:
             return cls(text, default_port)
@@ -78,8 +78,9 @@ class Deadline:
         return self.left() <= 0
 
 
-def wait_for_port(addr: Address, deadline: Deadline, delays: Iterator[float],
-                  progress: Callable[[str], None], what: str = "head") -> bool:
+def wait_for_port(
+    addr: Address, deadline: Deadline, delays: Iterator[float], progress: Callable[[str], None], what: str = "head"
+) -> bool:
     """Poll until ``addr`` accepts connections (True) or the deadline passes (False)."""
     attempt = 0
     while True:
@@ -89,6 +90,8 @@ def wait_for_port(addr: Address, deadline: Deadline, delays: Iterator[float],
         if deadline.passed():
             return False
         delay = min(next(delays), deadline.left())
-        progress(f"{what} {addr} not reachable yet (attempt {attempt}, {deadline.left():.0f}s left); "
-                 f"retrying in {delay:.1f}s")
+        progress(
+            f"{what} {addr} not reachable yet (attempt {attempt}, {deadline.left():.0f}s left); "
+            f"retrying in {delay:.1f}s"
+        )
         time.sleep(delay)

@@ -98,12 +98,20 @@ class RayNode:
         self._started = threading.Event()
         self._reader: threading.Thread | None = None
 
-    def start(self) -> "RayNode":
+    def start(self) -> RayNode:
         self.log("running: " + shlex.join(self.argv))
         # A session of its own: every Ray daemon of this node inherits its process group,
         # so stop() can sweep stragglers (agents outlive a raylet whose GCS is gone).
-        self.proc = subprocess.Popen(self.argv, env=self.env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                                     text=True, errors="replace", bufsize=1, start_new_session=True)
+        self.proc = subprocess.Popen(
+            self.argv,
+            env=self.env,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+            errors="replace",
+            bufsize=1,
+            start_new_session=True,
+        )
         self._reader = threading.Thread(target=self._forward, name="ray-start-output", daemon=True)
         self._reader.start()
         return self

@@ -29,8 +29,10 @@ from pathlib import Path
 
 # Frames of a process blocked in a collective: torch.distributed's Python API (Gloo on CPU, HCCL on
 # NPU through torch_npu's ProcessGroupHCCL) and the NCCL/HCCL communicators vLLM uses.
-_COLLECTIVE = re.compile(r"distributed_c10d\.py|\b(all_reduce|all_gather\w*|reduce_scatter\w*|all_to_all\w*|"
-                         r"barrier|alltoallv)\b \(")
+_COLLECTIVE = re.compile(
+    r"distributed_c10d\.py|\b(all_reduce|all_gather\w*|reduce_scatter\w*|all_to_all\w*|"
+    r"barrier|alltoallv)\b \("
+)
 # A node's answer may take this many dump timeouts (its dumps run at once; the task must be scheduled).
 NODE_TIMEOUT_FACTOR = 3
 # Titles Ray gives its worker processes ("ray::WorkerDict", "ray::TaskRunner.run", "ray::IDLE").
@@ -67,8 +69,9 @@ def py_spy() -> str:
 def dump_pid(pid: int, timeout: float) -> tuple[str, str | None]:
     """(stack text, error) of one process."""
     try:
-        out = subprocess.run([py_spy(), "dump", "--nonblocking", "--pid", str(pid)], capture_output=True,
-                             text=True, timeout=timeout)
+        out = subprocess.run(
+            [py_spy(), "dump", "--nonblocking", "--pid", str(pid)], capture_output=True, text=True, timeout=timeout
+        )
     except subprocess.TimeoutExpired:
         return "", f"py-spy did not answer within {timeout:.0f}s"
     except OSError as err:
@@ -140,8 +143,12 @@ def cluster_stacks(address: str, timeout: float, node_timeout: float) -> list[No
     with connected(address, namespace="npu-rl-stacks"):
         task = ray.remote(num_cpus=0, max_retries=0)(_node_task)
         nodes = [n for n in ray.nodes() if n.get("Alive")]
-        refs = {n["NodeID"]: task.options(scheduling_strategy=NodeAffinitySchedulingStrategy(n["NodeID"], soft=False))
-                .remote(timeout) for n in nodes}
+        refs = {
+            n["NodeID"]: task.options(
+                scheduling_strategy=NodeAffinitySchedulingStrategy(n["NodeID"], soft=False)
+            ).remote(timeout)
+            for n in nodes
+        }
         deadline = time.monotonic() + node_timeout
         out = []
         for n in nodes:
@@ -202,8 +209,11 @@ def main(argv: list[str] | None = None) -> int:
         except Exception as err:  # noqa: BLE001 - the cluster itself is broken: say so, keep the driver's
             nodes = [NodeStacks(args.address, "?", error=f"did not answer: {err}".splitlines()[0])]
     write_dump(args.out, driver, nodes)
-    print(json.dumps({"suspects": suspects(driver, nodes),
-                      "processes": len(driver) + sum(len(n.processes) for n in nodes)}))
+    print(
+        json.dumps(
+            {"suspects": suspects(driver, nodes), "processes": len(driver) + sum(len(n.processes) for n in nodes)}
+        )
+    )
     return 0
 
 

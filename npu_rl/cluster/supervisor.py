@@ -95,8 +95,9 @@ def _env_for(iface: network.Interface) -> dict[str, str]:
 def run_head(opts: HeadOptions) -> int:
     iface = _local_interface(opts.head_host, opts.ifname)
     if not port_free(opts.port, iface.ip):  # at once, not after --start-timeout
-        raise ClusterError(f"port {opts.port} on {iface.ip} is in use; pass another --port or stop what listens "
-                           "there", Exit.RAY_FAILED)
+        raise ClusterError(
+            f"port {opts.port} on {iface.ip} is in use; pass another --port or stop what listens there", Exit.RAY_FAILED
+        )
     env = _env_for(iface)
     spec = NodeSpec(npus=opts.npus, node_ip=iface.ip, dashboard=opts.dashboard, extra_args=opts.extra_args)
     argv = kuberay_argv(opts.kuberay_cmd, iface.ip) if opts.kuberay_cmd else head_argv(spec, opts.port)
@@ -107,13 +108,19 @@ def run_head(opts: HeadOptions) -> int:
         try:
             node.start()
             if not node.wait_started(Deadline(opts.start_timeout)):
-                raise ClusterError(f"ray head did not start (exit code {node.poll()}) within "
-                                   f"{opts.start_timeout:.0f}s; see the [ray] lines above", Exit.RAY_FAILED)
+                raise ClusterError(
+                    f"ray head did not start (exit code {node.poll()}) within "
+                    f"{opts.start_timeout:.0f}s; see the [ray] lines above",
+                    Exit.RAY_FAILED,
+                )
             log(f"head up at {address} with {opts.npus} NPU; expecting {opts.nnodes} nodes")
             if not opts.command:
                 code = node.proc.wait()
-                raise ClusterError(f"Ray on this head exited on its own (ray start exit code {code}): one of its "
-                                   "daemons (GCS, raylet) died; see the [ray] lines above", Exit.RAY_FAILED)
+                raise ClusterError(
+                    f"Ray on this head exited on its own (ray start exit code {code}): one of its "
+                    "daemons (GCS, raylet) died; see the [ray] lines above",
+                    Exit.RAY_FAILED,
+                )
             want = Expectation(opts.nnodes, opts.npus)
             try:
                 wait_for_cluster(address, want, Deadline(opts.wait_timeout), log)
@@ -140,15 +147,20 @@ def _join(opts: WorkerOptions, node_factory: Callable[[], RayNode], deadline: De
     while True:
         attempt += 1
         if not wait_for_port(opts.head, deadline, delays, log):
-            raise ClusterError(f"head {opts.head} not reachable after {deadline.elapsed():.0f}s "
-                               f"({attempt} attempts); is the head pod running?", Exit.JOIN_TIMEOUT)
+            raise ClusterError(
+                f"head {opts.head} not reachable after {deadline.elapsed():.0f}s "
+                f"({attempt} attempts); is the head pod running?",
+                Exit.JOIN_TIMEOUT,
+            )
         node = node_factory().start()
         if node.wait_started(deadline):
             return node
         code = node.stop()
         if deadline.passed():
-            raise ClusterError(f"could not join head {opts.head} within {deadline.elapsed():.0f}s "
-                               f"(ray start exit code {code})", Exit.JOIN_TIMEOUT)
+            raise ClusterError(
+                f"could not join head {opts.head} within {deadline.elapsed():.0f}s (ray start exit code {code})",
+                Exit.JOIN_TIMEOUT,
+            )
         delay = min(next(delays), deadline.left())
         log(f"ray start exited with code {code} before joining; retrying in {delay:.1f}s")
         time.sleep(delay)
@@ -160,15 +172,19 @@ def _watch_head(node: RayNode, opts: WorkerOptions) -> int:
         code = node.poll()
         if code is not None:
             if not port_open(opts.head):
-                raise ClusterError(f"head {opts.head} is gone and Ray on this node exited (code {code})",
-                                   Exit.HEAD_LOST)
+                raise ClusterError(
+                    f"head {opts.head} is gone and Ray on this node exited (code {code})", Exit.HEAD_LOST
+                )
             raise ClusterError(f"Ray on this node exited with code {code} while the head is up", Exit.RAY_FAILED)
         if port_open(opts.head, timeout=opts.probe_interval):
             last_seen = time.monotonic()
         elif time.monotonic() - last_seen >= opts.head_lost_after:
             node.stop()
-            raise ClusterError(f"head {opts.head} unreachable for {opts.head_lost_after:.0f}s "
-                               "(its job ended or it died); stopped this worker", Exit.HEAD_LOST)
+            raise ClusterError(
+                f"head {opts.head} unreachable for {opts.head_lost_after:.0f}s "
+                "(its job ended or it died); stopped this worker",
+                Exit.HEAD_LOST,
+            )
         time.sleep(opts.probe_interval)
 
 
@@ -203,10 +219,13 @@ def run_worker(opts: WorkerOptions) -> int:
 
 def run_wait(head: Address, want: Expectation, timeout: float) -> int:
     import ray  # noqa: F401 - before the deadline: seconds of import on loaded cores are not a head that is silent
+
     deadline = Deadline(timeout)
     if not wait_for_port(head, deadline, backoff(), log):
-        raise ClusterError(f"head {head} not reachable after {deadline.elapsed():.0f}s; "
-                           f"{want.nnodes} of {want.nnodes} nodes missing", Exit.CLUSTER_TIMEOUT)
+        raise ClusterError(
+            f"head {head} not reachable after {deadline.elapsed():.0f}s; {want.nnodes} of {want.nnodes} nodes missing",
+            Exit.CLUSTER_TIMEOUT,
+        )
     # ray.init waits for a GCS without a deadline of its own (and rewrites 127.0.0.1 to the node's
     # address), so a port that answers but is not Ray would hang here: it runs in a thread we can leave.
     outcome: dict = {}
@@ -221,8 +240,10 @@ def run_wait(head: Address, want: Expectation, timeout: float) -> int:
     worker.start()
     worker.join(timeout=deadline.left() + defaults.RAY_CONNECT_GRACE_S)
     if worker.is_alive():
-        raise ClusterError(f"no Ray cluster answered at {head} within {timeout:.0f}s (is it a Ray head's GCS port?)",
-                           Exit.CLUSTER_TIMEOUT)
+        raise ClusterError(
+            f"no Ray cluster answered at {head} within {timeout:.0f}s (is it a Ray head's GCS port?)",
+            Exit.CLUSTER_TIMEOUT,
+        )
     err = outcome.get("error")
     if isinstance(err, ClusterTimeout):
         raise ClusterError(str(err), Exit.CLUSTER_TIMEOUT) from None

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import argparse
-import signal
 from pathlib import Path
 
 from . import options
@@ -18,10 +17,14 @@ def register(sub: argparse._SubParsersAction) -> None:
     options.add_recipe(p, required=False, help="the run's recipe (instead of --run)")
     p.add_argument("--tensorboard", action="store_true", help="serve TensorBoard (default: both)")
     p.add_argument("--swanlab", action="store_true", help="serve SwanLab's local dashboard (default: both)")
-    p.add_argument("--host", default=DEFAULT_HOST,
-                   help=f"address to bind (default {DEFAULT_HOST}; 0.0.0.0 inside a container)")
-    p.add_argument("--wait", action="store_true",
-                   help="wait for the run's log folders to appear instead of failing (compose services)")
+    p.add_argument(
+        "--host", default=DEFAULT_HOST, help=f"address to bind (default {DEFAULT_HOST}; 0.0.0.0 inside a container)"
+    )
+    p.add_argument(
+        "--wait",
+        action="store_true",
+        help="wait for the run's log folders to appear instead of failing (compose services)",
+    )
     p.add_argument("--tensorboard-port", type=port, default=PORTS["tensorboard"])
     p.add_argument("--swanlab-port", type=port, default=PORTS["swanlab"])
     p.set_defaults(func=run)

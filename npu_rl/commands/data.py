@@ -15,18 +15,34 @@ def register(sub: argparse._SubParsersAction) -> None:
     dsub = options.subcommands(p, "DATASET")
     m = dsub.add_parser("math", help="MATH-lighteval parquet (problem, level, type, solution) -> verl format")
     m.add_argument("--out", type=output_dir, required=True, help="writes OUT/train.parquet and OUT/test.parquet")
-    m.add_argument("--from", dest="source", default=None,
-                   help="directory with the raw parquet files (offline); 'sample' for the bundled demo sample; "
-                        "omit to load DigitalLearningGmbH/MATH-lighteval from the hub")
+    m.add_argument(
+        "--from",
+        dest="source",
+        default=None,
+        help="directory with the raw parquet files (offline); 'sample' for the bundled demo sample; "
+        "omit to load DigitalLearningGmbH/MATH-lighteval from the hub",
+    )
     m.set_defaults(func=_math)
-    d = dsub.add_parser("deepscaler", help="DeepScaleR-Preview deepscaler.json (problem, answer, solution) -> verl "
-                        "format, split in file order as cann-recipes-train's DeepSeek-R1 run does")
+    d = dsub.add_parser(
+        "deepscaler",
+        help="DeepScaleR-Preview deepscaler.json (problem, answer, solution) -> verl "
+        "format, split in file order as cann-recipes-train's DeepSeek-R1 run does",
+    )
     d.add_argument("--out", type=output_dir, required=True, help="writes OUT/train.parquet and OUT/test.parquet")
-    d.add_argument("--from", dest="source", type=Path, default=None,
-                   help="deepscaler.json, or a directory holding it (offline); omit to load "
-                        "agentica-org/DeepScaleR-Preview-Dataset from the hub")
-    d.add_argument("--train-ratio", type=open_fraction, default=TRAIN_RATIO,
-                   help=f"share of the file used for training (default {TRAIN_RATIO})")
+    d.add_argument(
+        "--from",
+        dest="source",
+        type=Path,
+        default=None,
+        help="deepscaler.json, or a directory holding it (offline); omit to load "
+        "agentica-org/DeepScaleR-Preview-Dataset from the hub",
+    )
+    d.add_argument(
+        "--train-ratio",
+        type=open_fraction,
+        default=TRAIN_RATIO,
+        help=f"share of the file used for training (default {TRAIN_RATIO})",
+    )
     d.set_defaults(func=_deepscaler)
 
 

@@ -16,8 +16,16 @@ def register(sub: argparse._SubParsersAction) -> None:
     options.add_recipe(p)
     p.add_argument("--job", choices=["train", "merge", "eval"], default="train", help="which job to check for")
     # Not --ray-port: any port the job needs, which is why it may be given several times.
-    p.add_argument("--free-port", "--port", dest="free_ports", type=port, action="append", default=[],
-                   metavar="PORT", help="also require this port to be free (repeatable)")
+    p.add_argument(
+        "--free-port",
+        "--port",
+        dest="free_ports",
+        type=port,
+        action="append",
+        default=[],
+        metavar="PORT",
+        help="also require this port to be free (repeatable)",
+    )
     p.set_defaults(func=run)
 
 

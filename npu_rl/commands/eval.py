@@ -19,7 +19,9 @@ from . import options
 
 
 def register(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser("eval", help="evaluate the base model and a trained step (table: model, step, dataset, metric, score)")
+    p = sub.add_parser(
+        "eval", help="evaluate the base model and a trained step (table: model, step, dataset, metric, score)"
+    )
     options.add_recipe(p)
     which = p.add_mutually_exclusive_group()
     which.add_argument("--step", type=int, help="evaluate the merged checkpoint of this step (default: newest saved)")
@@ -30,7 +32,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--backend", choices=["local", "opencompass"], help="default: opencompass on NPU, local on CPU")
     p.add_argument("--out", type=Path, help="output directory (default: <logging.dir>/<project>/<experiment>/eval)")
     p.add_argument("--limit", type=int, help="evaluate only the first N problems")
-    p.add_argument("--batch-size", type=int, default=None, help="generation batch size (local default 8, OpenCompass 32)")
+    p.add_argument(
+        "--batch-size", type=int, default=None, help="generation batch size (local default 8, OpenCompass 32)"
+    )
     p.add_argument("--dry-run", action="store_true", help="opencompass: write data and configs, print the command")
     p.add_argument(
         "--opencompass",
@@ -96,13 +100,18 @@ def run(args: argparse.Namespace) -> int:
         raise UserError(f"--limit must be positive (got {args.limit})")
     backend = args.backend or ("local" if recipe.resources.platform == "cpu" else "opencompass")
     if backend != "opencompass":
-        for flag, value in (("--dry-run", args.dry_run), ("--opencompass", args.opencompass),
-                            ("--max-out-len", args.max_out_len)):
+        for flag, value in (
+            ("--dry-run", args.dry_run),
+            ("--opencompass", args.opencompass),
+            ("--max-out-len", args.max_out_len),
+        ):
             if value not in (None, False):
                 raise UserError(f"{flag} applies to --backend opencompass only")
     if backend == "opencompass" and recipe.data.format != "math-lighteval":
-        raise UserError(f"OpenCompass's math_gen_a58d9d evaluates MATH; the recipe trains on {recipe.data.format}: "
-                        "pass --set data.format=math-lighteval --set data.source_dir=<MATH-lighteval directory>")
+        raise UserError(
+            f"OpenCompass's math_gen_a58d9d evaluates MATH; the recipe trains on {recipe.data.format}: "
+            "pass --set data.format=math-lighteval --set data.source_dir=<MATH-lighteval directory>"
+        )
     baseline, trained, step = _models(args, recipe)
     out = args.out or eval_dir(recipe)
     name = model_name(recipe)

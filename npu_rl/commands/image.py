@@ -1,4 +1,5 @@
-"""`npu-rl image build [--variant a2|a3|cpu] [--target runtime|eval] [--tag T] [--base-image REF | --stand-in] [--push]`."""
+"""`npu-rl image build [--variant a2|a3|cpu] [--target runtime|eval] [--tag T]
+[--base-image REF | --stand-in] [--push]`."""
 
 from __future__ import annotations
 
@@ -14,17 +15,27 @@ def register(sub: argparse._SubParsersAction) -> None:
     isub = options.subcommands(p, "ACTION")
     b = isub.add_parser("build", help="build an image with the pins from configs/versions.yaml")
     b.add_argument("--variant", choices=VARIANTS, default="a2", help="Atlas A2, Atlas A3 or the CPU image")
-    b.add_argument("--target", choices=ASCEND_TARGETS, default=None,
-                   help="Ascend stage: runtime (default) or eval (adds OpenCompass)")
+    b.add_argument(
+        "--target",
+        choices=ASCEND_TARGETS,
+        default=None,
+        help="Ascend stage: runtime (default) or eval (adds OpenCompass)",
+    )
     b.add_argument("--tag", default=None, help="image tag (default: npu-rl:<version>-<variant>)")
     b.add_argument("--push", action="store_true", help="push the tag after building")
     b.add_argument("--host", default=None, help="Docker API address (default: DOCKER_HOST or the local socket)")
-    b.add_argument("--base-image", default=None,
-                   help="image to build on (default: the pin; for the CPU image, a local stand-in made "
-                        "with mmdebstrap when python:<version>-slim-bookworm cannot be pulled)")
-    b.add_argument("--stand-in", action="store_true",
-                   help="a2/a3: build on a stand-in of the base image made here (its Python layer, no CANN; "
-                        "tagged ...-standin): it rehearses to the device boundary, it cannot train on an NPU")
+    b.add_argument(
+        "--base-image",
+        default=None,
+        help="image to build on (default: the pin; for the CPU image, a local stand-in made "
+        "with mmdebstrap when python:<version>-slim-bookworm cannot be pulled)",
+    )
+    b.add_argument(
+        "--stand-in",
+        action="store_true",
+        help="a2/a3: build on a stand-in of the base image made here (its Python layer, no CANN; "
+        "tagged ...-standin): it rehearses to the device boundary, it cannot train on an NPU",
+    )
     b.add_argument("--no-cache", action="store_true", help="build every layer again")
     b.add_argument("--verbose", "-v", action="store_true", help="print every build output line")
     b.set_defaults(func=_build)
@@ -37,11 +48,22 @@ def _build(args: argparse.Namespace) -> int:
     # A stop ends what the build started (the podman service, mmdebstrap) through their cleanup.
     try:
         with proctree.signals_raise():
-            built = build_variant(args.variant, root=project_root(), target=args.target, tag=args.tag,
-                                  push=args.push, host=args.host, nocache=args.no_cache, verbose=args.verbose,
-                                  base_image=args.base_image, stand_in=args.stand_in)
+            built = build_variant(
+                args.variant,
+                root=project_root(),
+                target=args.target,
+                tag=args.tag,
+                push=args.push,
+                host=args.host,
+                nocache=args.no_cache,
+                verbose=args.verbose,
+                base_image=args.base_image,
+                stand_in=args.stand_in,
+            )
     except proctree.Terminated as stop:
         return stop.exit_code
-    print(f"built {built.tag} on {built.base}: {built.size_bytes / 1e9:.2f} GB in {built.seconds:.0f} s"
-          + (" and pushed it" if args.push else ""))
+    print(
+        f"built {built.tag} on {built.base}: {built.size_bytes / 1e9:.2f} GB in {built.seconds:.0f} s"
+        + (" and pushed it" if args.push else "")
+    )
     return 0

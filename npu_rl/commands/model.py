@@ -19,12 +19,24 @@ def register(sub: argparse._SubParsersAction) -> None:
     t.add_argument("--hidden-size", type=positive_int, default=64)
     t.add_argument("--layers", type=positive_int, default=2)
     t.add_argument("--seed", type=int, default=0)
-    t.add_argument("--warm-start-steps", type=int, default=1000,
-                   help="teacher-forcing steps on the sample's worked answers (0: leave it random)")
-    t.add_argument("--sign-error", type=probability, default=SIGN_ERROR,
-                   help=f"how often the warm start's teacher gets the answer's sign wrong (default {SIGN_ERROR})")
-    t.add_argument("--format-error", type=probability, default=FORMAT_ERROR,
-                   help=f"how often the warm start's teacher leaves the answer unboxed (default {FORMAT_ERROR})")
+    t.add_argument(
+        "--warm-start-steps",
+        type=int,
+        default=1000,
+        help="teacher-forcing steps on the sample's worked answers (0: leave it random)",
+    )
+    t.add_argument(
+        "--sign-error",
+        type=probability,
+        default=SIGN_ERROR,
+        help=f"how often the warm start's teacher gets the answer's sign wrong (default {SIGN_ERROR})",
+    )
+    t.add_argument(
+        "--format-error",
+        type=probability,
+        default=FORMAT_ERROR,
+        help=f"how often the warm start's teacher leaves the answer unboxed (default {FORMAT_ERROR})",
+    )
     t.set_defaults(func=_tiny)
 
     f = msub.add_parser("fetch", help="download REPO_ID (or copy a local dir) and apply the recipe's tokenizer config")
@@ -36,8 +48,12 @@ def register(sub: argparse._SubParsersAction) -> None:
     c = msub.add_parser("fp8-cast", help="cast a DeepSeek-V3/R1 FP8 HF checkpoint to BF16 on the CPU (resumable)")
     # Flag names as DeepSeek's inference/fp8_cast_bf16.py, which this replaces (it needs CUDA and triton).
     c.add_argument("--input-fp8-hf-path", required=True, metavar="DIR", help="the FP8 checkpoint as published")
-    c.add_argument("--output-bf16-hf-path", required=True, metavar="DIR",
-                   help="where the BF16 checkpoint goes; shards already there are kept (a rerun resumes)")
+    c.add_argument(
+        "--output-bf16-hf-path",
+        required=True,
+        metavar="DIR",
+        help="where the BF16 checkpoint goes; shards already there are kept (a rerun resumes)",
+    )
     c.set_defaults(func=_fp8_cast)
 
 
@@ -52,14 +68,26 @@ def _tiny(args: argparse.Namespace) -> int:
     texts = [f"{r['problem']} {r['solution']}" for r in generate(512, seed=0)]
     if override is not None:
         texts.append(override.read_text(encoding="utf-8"))
-    out = build_tiny_model(args.out, texts, hidden_size=args.hidden_size, layers=args.layers, seed=args.seed,
-                           chat_template_override=override)
+    out = build_tiny_model(
+        args.out,
+        texts,
+        hidden_size=args.hidden_size,
+        layers=args.layers,
+        seed=args.seed,
+        chat_template_override=override,
+    )
     if args.warm_start_steps > 0:
         from ..model.warmstart import warm_start
 
         # The RL train split: the held-out test split stays unseen until evaluation.
-        loss = warm_start(out, splits()["train"], steps=args.warm_start_steps, sign_error=args.sign_error,
-                          format_error=args.format_error, seed=args.seed)
+        loss = warm_start(
+            out,
+            splits()["train"],
+            steps=args.warm_start_steps,
+            sign_error=args.sign_error,
+            format_error=args.format_error,
+            seed=args.seed,
+        )
         print(f"warm start: {args.warm_start_steps} steps, final loss {loss:.3f}")
     print(f"tiny model: {out}")
     return 0

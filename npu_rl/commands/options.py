@@ -8,8 +8,9 @@ from typing import Any
 RECIPE_HELP = "recipe name (configs/recipes) or YAML path"
 
 
-def add_recipe(p: argparse.ArgumentParser, required: bool = True, default: str | None = None,
-               help: str = RECIPE_HELP) -> None:
+def add_recipe(
+    p: argparse.ArgumentParser, required: bool = True, default: str | None = None, help: str = RECIPE_HELP
+) -> None:
     """``--recipe`` and the ``--set`` overrides that go with it wherever a recipe is read."""
     p.add_argument("--recipe", required=required, default=default, help=help)
     p.add_argument("--set", action="append", metavar="KEY=VALUE", help="override a recipe field (dotted)")

@@ -9,15 +9,28 @@ from . import options
 
 
 def register(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser("prepare", help="put the recipe's model, data and converted weights in place (skips what exists)")
+    p = sub.add_parser(
+        "prepare", help="put the recipe's model, data and converted weights in place (skips what exists)"
+    )
     options.add_recipe(p)
     # Empty values mean "not given", so compose can pass unset variables straight through.
-    p.add_argument("--model-source", default=None, metavar="HUB_ID_OR_DIR",
-                   help="where to fetch the model from when it is missing (default: model.hub_id)")
-    p.add_argument("--data-source", default=None, metavar="DIR",
-                   help="raw MATH-lighteval parquet directory, or 'sample' (default: data.source_dir, else the hub)")
-    p.add_argument("--dry-run", action="store_true",
-                   help="print what would be fetched, converted and run (the weight-conversion commands), run nothing")
+    p.add_argument(
+        "--model-source",
+        default=None,
+        metavar="HUB_ID_OR_DIR",
+        help="where to fetch the model from when it is missing (default: model.hub_id)",
+    )
+    p.add_argument(
+        "--data-source",
+        default=None,
+        metavar="DIR",
+        help="raw MATH-lighteval parquet directory, or 'sample' (default: data.source_dir, else the hub)",
+    )
+    p.add_argument(
+        "--dry-run",
+        action="store_true",
+        help="print what would be fetched, converted and run (the weight-conversion commands), run nothing",
+    )
     p.set_defaults(func=run)
 
 

@@ -25,17 +25,24 @@ from . import options
 
 def _common(p: argparse.ArgumentParser) -> None:
     # --port: the spelling rendered Kubernetes jobs use.
-    options.add_ray_port(p, f"GCS port of the head (default {defaults.RAY_PORT} or ${defaults.RAY_PORT_ENV})",
-                         old_spellings=("--port",))
+    options.add_ray_port(
+        p, f"GCS port of the head (default {defaults.RAY_PORT} or ${defaults.RAY_PORT_ENV})", old_spellings=("--port",)
+    )
     p.add_argument("--devices", type=int, default=None, help="NPUs per node (default: launcher env, recipe, /dev)")
     options.add_recipe(p, required=False, help="recipe to read resources.nnodes / devices_per_node from")
 
 
 def _starts_ray(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--ifname", default=os.environ.get("NPU_RL_IFNAME"),
-                   help="network interface for Ray/HCCL/Gloo (default: the one routing to the head)")
-    p.add_argument("--ray-args", default=os.environ.get("NPU_RL_RAY_ARGS", ""),
-                   help="extra `ray start` arguments, one shell-quoted string (default $NPU_RL_RAY_ARGS)")
+    p.add_argument(
+        "--ifname",
+        default=os.environ.get("NPU_RL_IFNAME"),
+        help="network interface for Ray/HCCL/Gloo (default: the one routing to the head)",
+    )
+    p.add_argument(
+        "--ray-args",
+        default=os.environ.get("NPU_RL_RAY_ARGS", ""),
+        help="extra `ray start` arguments, one shell-quoted string (default $NPU_RL_RAY_ARGS)",
+    )
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -46,27 +53,49 @@ def register(sub: argparse._SubParsersAction) -> None:
     _common(h)
     _starts_ray(h)
     h.add_argument("--nodes", type=int, default=None, help="nodes to wait for, head included")
-    h.add_argument("--wait-timeout", type=float, default=float(defaults.NODES_TIMEOUT_S),
-                   help=f"seconds to wait for all nodes (default {defaults.NODES_TIMEOUT_S})")
-    h.add_argument("--start-timeout", type=float, default=float(defaults.RAY_START_TIMEOUT_S),
-                   help=f"seconds for `ray start` to come up (default {defaults.RAY_START_TIMEOUT_S})")
+    h.add_argument(
+        "--wait-timeout",
+        type=float,
+        default=float(defaults.NODES_TIMEOUT_S),
+        help=f"seconds to wait for all nodes (default {defaults.NODES_TIMEOUT_S})",
+    )
+    h.add_argument(
+        "--start-timeout",
+        type=float,
+        default=float(defaults.RAY_START_TIMEOUT_S),
+        help=f"seconds for `ray start` to come up (default {defaults.RAY_START_TIMEOUT_S})",
+    )
     h.add_argument("--no-dashboard", action="store_true", help="do not serve the Ray dashboard")
-    h.add_argument("command", nargs=argparse.REMAINDER, metavar="-- COMMAND",
-                   help="the job to run on the head; its exit code becomes this command's")
+    h.add_argument(
+        "command",
+        nargs=argparse.REMAINDER,
+        metavar="-- COMMAND",
+        help="the job to run on the head; its exit code becomes this command's",
+    )
     h.set_defaults(func=_head)
 
     w = rsub.add_parser("worker", help="join the head (retrying) and exit when the head is gone")
     _common(w)
     _starts_ray(w)
     w.add_argument("--address", default=None, help="head HOST[:PORT] (default: from the launcher environment)")
-    w.add_argument("--join-timeout", type=float, default=float(defaults.NODES_TIMEOUT_S),
-                   help=f"seconds to keep trying to join (default {defaults.NODES_TIMEOUT_S})")
-    w.add_argument("--head-lost-after", type=float, default=float(defaults.HEAD_LOST_AFTER_S),
-                   help="seconds the head may be unreachable before this worker exits")
-    w.add_argument("--probe-interval", type=float, default=float(defaults.PROBE_INTERVAL_S),
-                   help="seconds between head probes")
-    w.add_argument("--max-backoff", type=float, default=float(defaults.MAX_BACKOFF_S),
-                   help="longest pause between join attempts")
+    w.add_argument(
+        "--join-timeout",
+        type=float,
+        default=float(defaults.NODES_TIMEOUT_S),
+        help=f"seconds to keep trying to join (default {defaults.NODES_TIMEOUT_S})",
+    )
+    w.add_argument(
+        "--head-lost-after",
+        type=float,
+        default=float(defaults.HEAD_LOST_AFTER_S),
+        help="seconds the head may be unreachable before this worker exits",
+    )
+    w.add_argument(
+        "--probe-interval", type=float, default=float(defaults.PROBE_INTERVAL_S), help="seconds between head probes"
+    )
+    w.add_argument(
+        "--max-backoff", type=float, default=float(defaults.MAX_BACKOFF_S), help="longest pause between join attempts"
+    )
     w.set_defaults(func=_worker)
 
     t = rsub.add_parser("wait", help="wait until all nodes and NPUs joined; fail naming what is missing")
@@ -74,9 +103,14 @@ def register(sub: argparse._SubParsersAction) -> None:
     t.add_argument("--address", default=None, help="head HOST[:PORT] (default: launcher env, else this node)")
     t.add_argument("--nodes", type=int, default=None, help="nodes expected, head included")
     # --timeout: the spelling rendered KubeRay jobs use.
-    t.add_argument("--wait-timeout", "--timeout", dest="wait_timeout", type=float,
-                   default=float(defaults.RAY_WAIT_TIMEOUT_S),
-                   help=f"seconds to wait (default {defaults.RAY_WAIT_TIMEOUT_S})")
+    t.add_argument(
+        "--wait-timeout",
+        "--timeout",
+        dest="wait_timeout",
+        type=float,
+        default=float(defaults.RAY_WAIT_TIMEOUT_S),
+        help=f"seconds to wait (default {defaults.RAY_WAIT_TIMEOUT_S})",
+    )
     t.set_defaults(func=_wait)
 
 
@@ -106,8 +140,12 @@ def resolve_counts(args: argparse.Namespace, placement) -> tuple[int | None, int
 
     res = _recipe_resources(args)
     nodes = _positive(getattr(args, "nodes", None), "--nodes") or placement.nnodes or (res.nnodes if res else None)
-    devices = _positive(args.devices, "--devices") or placement.devices_per_node or (
-        res.devices_per_node if res else None) or len(discover())
+    devices = (
+        _positive(args.devices, "--devices")
+        or placement.devices_per_node
+        or (res.devices_per_node if res else None)
+        or len(discover())
+    )
     if not devices:
         raise UserError("cannot tell how many NPUs this node has: no /dev/davinciN devices; pass --devices")
     return nodes, devices
@@ -148,10 +186,21 @@ def _head(args: argparse.Namespace) -> int:
     if command and not nodes:
         raise UserError("how many nodes to wait for? pass --nodes or --recipe")
     port = int(_kuberay_flag(placement.ray_start_cmd, "port") or _port(args))
-    return run_head(HeadOptions(
-        nnodes=nodes or 1, npus=devices, port=port, ifname=args.ifname, head_host=placement.head_host,
-        dashboard=not args.no_dashboard, extra_args=_extra(args), start_timeout=args.start_timeout,
-        wait_timeout=args.wait_timeout, command=command, kuberay_cmd=placement.ray_start_cmd))
+    return run_head(
+        HeadOptions(
+            nnodes=nodes or 1,
+            npus=devices,
+            port=port,
+            ifname=args.ifname,
+            head_host=placement.head_host,
+            dashboard=not args.no_dashboard,
+            extra_args=_extra(args),
+            start_timeout=args.start_timeout,
+            wait_timeout=args.wait_timeout,
+            command=command,
+            kuberay_cmd=placement.ray_start_cmd,
+        )
+    )
 
 
 def _worker(args: argparse.Namespace) -> int:
@@ -165,10 +214,19 @@ def _worker(args: argparse.Namespace) -> int:
     if not text:
         raise UserError("no head address: pass --address HOST[:PORT] or set MASTER_ADDR")
     _, devices = resolve_counts(args, placement)
-    return run_worker(WorkerOptions(
-        head=_address(text, _port(args)), npus=devices, ifname=args.ifname, extra_args=_extra(args),
-        join_timeout=args.join_timeout, head_lost_after=args.head_lost_after, probe_interval=args.probe_interval,
-        max_backoff=args.max_backoff, kuberay_cmd=placement.ray_start_cmd))
+    return run_worker(
+        WorkerOptions(
+            head=_address(text, _port(args)),
+            npus=devices,
+            ifname=args.ifname,
+            extra_args=_extra(args),
+            join_timeout=args.join_timeout,
+            head_lost_after=args.head_lost_after,
+            probe_interval=args.probe_interval,
+            max_backoff=args.max_backoff,
+            kuberay_cmd=placement.ray_start_cmd,
+        )
+    )
 
 
 def _wait(args: argparse.Namespace) -> int:

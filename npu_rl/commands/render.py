@@ -20,16 +20,21 @@ def register(sub: argparse._SubParsersAction) -> None:
 
     k = rsub.add_parser("k8s", help="render a Volcano Job or KubeRay RayJob for a recipe")
     options.add_recipe(k)
-    k.add_argument("--target", choices=defaults.K8S_TARGETS, default=defaults.K8S_TARGET,
-                   help=f"job kind (default {defaults.K8S_TARGET})")
+    k.add_argument(
+        "--target",
+        choices=defaults.K8S_TARGETS,
+        default=defaults.K8S_TARGET,
+        help=f"job kind (default {defaults.K8S_TARGET})",
+    )
     k.add_argument("--nodes", type=int, default=None, help="override resources.nnodes")
     k.add_argument("--out", type=Path, required=True)
     k.add_argument("--image", default=None, help="pod image (default: <images.registry in versions.yaml>/npu-rl:<tag>)")
     k.add_argument("--queue", default=defaults.K8S_QUEUE, help="Volcano queue")
     k.add_argument("--pvc", default=defaults.K8S_PVC, help="ReadWriteMany claim mounted at /workspace")
     k.add_argument("--shm-size", default=defaults.K8S_SHM_SIZE, help="memory-backed /dev/shm per pod")
-    k.add_argument("--max-retry", type=int, default=defaults.K8S_MAX_RETRY,
-                   help="job restarts on pod failure or eviction")
+    k.add_argument(
+        "--max-retry", type=int, default=defaults.K8S_MAX_RETRY, help="job restarts on pod failure or eviction"
+    )
     k.set_defaults(func=_k8s)
 
     a = rsub.add_parser("all", help="re-render every committed file (compose/ and k8s/)")
@@ -49,8 +54,7 @@ def _k8s(args: argparse.Namespace) -> int:
     from ..render.k8s import K8sOptions, render_k8s
 
     recipe = options.load(args)
-    k8s = K8sOptions(image=args.image, queue=args.queue, pvc=args.pvc, shm_size=args.shm_size,
-                     max_retry=args.max_retry)
+    k8s = K8sOptions(image=args.image, queue=args.queue, pvc=args.pvc, shm_size=args.shm_size, max_retry=args.max_retry)
     for path in render_k8s(recipe, args.target, args.out, nodes=args.nodes, options=k8s):
         print(f"wrote {path}")
     return 0

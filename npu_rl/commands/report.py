@@ -14,24 +14,37 @@ def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("report", help="training-health report of a run (exit 0 healthy, 1 warnings, 2 critical)")
     which = p.add_mutually_exclusive_group()
     which.add_argument(
-        "--run", type=Path, help="run directory with TensorBoard event files / verl JSONL (default: the recipe's log root)"
+        "--run",
+        type=Path,
+        help="run directory with TensorBoard event files / verl JSONL (default: the recipe's log root)",
     )
     which.add_argument(
-        "--compare", nargs=2, metavar=("BASE", "RUN"),
+        "--compare",
+        nargs=2,
+        metavar=("BASE", "RUN"),
         help="compare RUN with BASE (each a run directory, or a recipe for its log root) against the tolerances "
-             "of thresholds.yaml `compare` (exit 0 within, 1 exceeded)",
+        "of thresholds.yaml `compare` (exit 0 within, 1 exceeded)",
     )
-    p.add_argument("--out", type=Path,
-                   help="output directory (default: <run>/report; with --compare: <RUN>/report/compare)")
-    options.add_recipe(p, required=False, help="the run's recipe: rules that do not apply to its settings are skipped "
-                       "(with --compare: the recipe of BASE and RUN where they are directories)")
+    p.add_argument(
+        "--out", type=Path, help="output directory (default: <run>/report; with --compare: <RUN>/report/compare)"
+    )
+    options.add_recipe(
+        p,
+        required=False,
+        help="the run's recipe: rules that do not apply to its settings are skipped "
+        "(with --compare: the recipe of BASE and RUN where they are directories)",
+    )
     p.add_argument("--thresholds", type=Path, help="YAML overriding npu_rl/report/thresholds.yaml")
     p.add_argument("--eval-table", type=Path, help="eval_table.csv of `npu-rl eval` (default: newest under --run)")
-    p.add_argument("--force", action="store_true",
-                   help="with --compare: compare runs of different recipes or conditions")
-    p.add_argument("--learning", action="store_true",
-                   help="with --compare: only what the runs learnt (training reward, validation accuracy), for a "
-                        "BASE from another machine or day whose speed and memory say nothing")
+    p.add_argument(
+        "--force", action="store_true", help="with --compare: compare runs of different recipes or conditions"
+    )
+    p.add_argument(
+        "--learning",
+        action="store_true",
+        help="with --compare: only what the runs learnt (training reward, validation accuracy), for a "
+        "BASE from another machine or day whose speed and memory say nothing",
+    )
     p.set_defaults(func=run)
 
 
@@ -80,8 +93,16 @@ def compare(args: argparse.Namespace) -> int:
         raise UserError("--eval-table does not go with --compare")
     recipe = options.load(args)
     (base_dir, base_recipe), (run_dir, run_recipe) = (_run_and_recipe(a, recipe, args) for a in args.compare)
-    comp = compare_runs(base_dir, run_dir, args.thresholds, base_recipe=base_recipe,
-                        run_recipe=run_recipe, out_dir=args.out, force=args.force, learning=args.learning)
+    comp = compare_runs(
+        base_dir,
+        run_dir,
+        args.thresholds,
+        base_recipe=base_recipe,
+        run_recipe=run_recipe,
+        out_dir=args.out,
+        force=args.force,
+        learning=args.learning,
+    )
     print(comp.to_markdown(), end="")
     for line in comp.failure_lines():
         print(line)

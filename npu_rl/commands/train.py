@@ -12,10 +12,16 @@ def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("train", help="train a recipe with verl GRPO (resumes from the latest checkpoint)")
     options.add_recipe(p)
     p.add_argument("--dry-run", action="store_true", help="print the environment and verl command, run nothing")
-    p.add_argument("--rehearse", action="store_true",
-                   help="run the launch through verl on a local Ray up to where devices would be allocated")
-    p.add_argument("--prepare", action="store_true",
-                   help="first fetch the model, convert the data and weights where missing (as `npu-rl prepare`)")
+    p.add_argument(
+        "--rehearse",
+        action="store_true",
+        help="run the launch through verl on a local Ray up to where devices would be allocated",
+    )
+    p.add_argument(
+        "--prepare",
+        action="store_true",
+        help="first fetch the model, convert the data and weights where missing (as `npu-rl prepare`)",
+    )
     options.add_ray_port(p, "GCS port of the local Ray head (default: a free one)")
     p.set_defaults(func=run)
 
@@ -49,6 +55,8 @@ def run(args: argparse.Namespace) -> int:
         print(f"npu-rl: error: {result.error} (log: {result.log_file})", file=sys.stderr)
         return result.exit_code
     if result.exit_code != 0:
-        print(f"npu-rl: training exited with code {result.exit_code}; checkpoints up to step "
-              f"{result.end_step} are kept, re-run to resume (log: {result.log_file})")
+        print(
+            f"npu-rl: training exited with code {result.exit_code}; checkpoints up to step "
+            f"{result.end_step} are kept, re-run to resume (log: {result.log_file})"
+        )
     return result.exit_code

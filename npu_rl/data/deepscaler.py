@@ -85,8 +85,9 @@ def _load_hub(dataset: str) -> list[dict]:
         raise UserError(f"could not load {dataset} from the hub: {str(err).splitlines()[0]}") from None
 
 
-def prepare(out: Path, source: Path | None, hub_dataset: str = HUB_DATASET,
-            train_ratio: float = TRAIN_RATIO) -> dict[str, int]:
+def prepare(
+    out: Path, source: Path | None, hub_dataset: str = HUB_DATASET, train_ratio: float = TRAIN_RATIO
+) -> dict[str, int]:
     """Write ``out/train.parquet`` and ``out/test.parquet``; returns rows written per split."""
     from .math import write_splits
 
@@ -94,8 +95,9 @@ def prepare(out: Path, source: Path | None, hub_dataset: str = HUB_DATASET,
     splits, skipped = split_rows(items, train_ratio)
     for split, rows in splits.items():  # both checked before either is written
         if not rows:
-            raise UserError(f"{split}: no usable row among {len(items)} (each needs a text problem and an "
-                            "answer); nothing written")
+            raise UserError(
+                f"{split}: no usable row among {len(items)} (each needs a text problem and an answer); nothing written"
+            )
     if skipped:
         print(f"{skipped} row(s) without a text problem or an answer skipped", flush=True)
     return write_splits(out, splits)

@@ -125,8 +125,10 @@ def prepare(out: Path, source: Path | None, hub_dataset: str = DATA_SOURCE) -> d
     for split, rows in tables.items():  # every split converted before any is written: no half-written output
         converted[split], skipped = convert_rows(_progress(rows, split), split)
         if not converted[split]:
-            raise UserError(f"{split}: none of the {len(rows)} rows has a text problem and a solution with a "
-                            "\\boxed answer; nothing written")
+            raise UserError(
+                f"{split}: none of the {len(rows)} rows has a text problem and a solution with a "
+                "\\boxed answer; nothing written"
+            )
         if skipped:
             print(f"{split}: {skipped} row(s) without a text problem or a \\boxed answer skipped", flush=True)
     return write_splits(out, converted)

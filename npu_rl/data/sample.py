@@ -28,20 +28,21 @@ MAX_NUMBER = 99
 
 def _opposite(rng: random.Random) -> tuple[str, str, str]:
     n = rng.randint(1, MAX_NUMBER)
-    return (f"What is the opposite of ${n}$?", "Prealgebra",
-            f"The opposite of {n} is negative: $\\boxed{{{-n}}}$.")
+    return (f"What is the opposite of ${n}$?", "Prealgebra", f"The opposite of {n} is negative: $\\boxed{{{-n}}}$.")
 
 
 def _distance(rng: random.Random) -> tuple[str, str, str]:
     n = rng.randint(1, MAX_NUMBER)
-    return (f"How far is ${-n}$ from $0$ on the number line?", "Prealgebra",
-            f"The distance from -{n} to 0 is never negative: $\\boxed{{{n}}}$.")
+    return (
+        f"How far is ${-n}$ from $0$ on the number line?",
+        "Prealgebra",
+        f"The distance from -{n} to 0 is never negative: $\\boxed{{{n}}}$.",
+    )
 
 
 def _abs_negative(rng: random.Random) -> tuple[str, str, str]:
     n = rng.randint(1, MAX_NUMBER)
-    return (f"What is $|-{n}|$?", "Prealgebra",
-            f"The absolute value of -{n} is its opposite: $\\boxed{{{n}}}$.")
+    return (f"What is $|-{n}|$?", "Prealgebra", f"The absolute value of -{n} is its opposite: $\\boxed{{{n}}}$.")
 
 
 def _double_negative(rng: random.Random) -> tuple[str, str, str]:
@@ -51,14 +52,16 @@ def _double_negative(rng: random.Random) -> tuple[str, str, str]:
 
 def _times_minus_one(rng: random.Random) -> tuple[str, str, str]:
     n = rng.randint(1, MAX_NUMBER)
-    return (f"Compute ${n} \\times (-1)$.", "Prealgebra",
-            f"Multiplying {n} by $-1$ changes the sign: $\\boxed{{{-n}}}$.")
+    return (
+        f"Compute ${n} \\times (-1)$.",
+        "Prealgebra",
+        f"Multiplying {n} by $-1$ changes the sign: $\\boxed{{{-n}}}$.",
+    )
 
 
 def _negated_abs(rng: random.Random) -> tuple[str, str, str]:
     n = rng.randint(1, MAX_NUMBER)
-    return (f"What is $-|{n}|$?", "Prealgebra",
-            f"The absolute value is {n}, and its opposite is $\\boxed{{{-n}}}$.")
+    return (f"What is $-|{n}|$?", "Prealgebra", f"The absolute value is {n}, and its opposite is $\\boxed{{{-n}}}$.")
 
 
 # Each form worded apart from the others: a 2-layer model tells forms apart by their words far sooner than

@@ -61,8 +61,10 @@ HIDDEN_MODULES = ("torch_npu",)
 BOUNDARY_ENV = "NPU_RL_STAND_IN_BOUNDARY"
 PTH_NAME = "npu-rl-stand-in.pth"
 # torch_npu's x86_64 wheel pins the CPU build of torch, which PyPI does not carry (see above).
-EXPECTED_PIP_CHECK = re.compile(r"^torch-npu 2\.5\.1\.post1 has requirement torch==2\.5\.1\+cpu, "
-                                r"but you have torch 2\.5\.1\.$")
+EXPECTED_PIP_CHECK = re.compile(
+    r"^torch-npu 2\.5\.1\.post1 has requirement torch==2\.5\.1\+cpu, "
+    r"but you have torch 2\.5\.1\.$"
+)
 
 
 def stand_in_torch(torch_version: str | None = None, machine: str | None = None) -> bool:
@@ -82,8 +84,8 @@ def unexpected_pip_check(output: str, stand_in: bool) -> list[str]:
     """The lines of ``pip check`` output that the stand-in's one known difference does not explain:
     torch_npu's pin of the CPU torch build, allowed only where PyPI's torch stands in for it
     (:func:`stand_in_torch`). On a real base image (torch 2.5.1+cpu) nothing is allowed."""
-    lines = [l for l in output.splitlines() if l.strip() and not l.startswith("No broken requirements")]
-    return [l for l in lines if not (stand_in and EXPECTED_PIP_CHECK.match(l))]
+    lines = [line for line in output.splitlines() if line.strip() and not line.startswith("No broken requirements")]
+    return [line for line in lines if not (stand_in and EXPECTED_PIP_CHECK.match(line))]
 
 
 def pip_check() -> list[str]:
@@ -114,13 +116,24 @@ def wheelhouse(*, log=print) -> Path:
     import fcntl
 
     python = str(versions.get("common.python"))
-    if "%d.%d" % sys.version_info[:2] != python:
+    if "{}.{}".format(*sys.version_info[:2]) != python:
         # pip downloads for the interpreter it runs in; the base image's is the pinned one.
-        raise RuntimeError(f"the base layer's files are fetched with Python {python} (common.python), "
-                           f"this is {platform.python_version()}")
+        raise RuntimeError(
+            f"the base layer's files are fetched with Python {python} (common.python), "
+            f"this is {platform.python_version()}"
+        )
     lock = locks.get("npu-base").path
-    key = hashlib.sha256("\n".join([lock.read_text(encoding="utf-8"), *torch_pins(), *sdist_pin(),
-                                     platform.machine(), platform.python_version()]).encode()).hexdigest()[:16]
+    key = hashlib.sha256(
+        "\n".join(
+            [
+                lock.read_text(encoding="utf-8"),
+                *torch_pins(),
+                *sdist_pin(),
+                platform.machine(),
+                platform.python_version(),
+            ]
+        ).encode()
+    ).hexdigest()[:16]
     folder = cache_dir().parent / "wheels" / f"ascend-base-{key}"
     done = folder / ".complete"
     folder.mkdir(parents=True, exist_ok=True)
@@ -156,8 +169,11 @@ def build(venv: Path, *, log=print) -> None:
     _stand_in_pth(python, log=log)
     log("[3/3] vLLM from its sdist with VLLM_TARGET_DEVICE=empty, on the torch above")
     name, version, _ = sdist_pin()
-    _run(pip + ["--no-deps", "--no-build-isolation", str(files / f"{name}-{version}.tar.gz")], log=log,
-         env={"VLLM_TARGET_DEVICE": "empty", "MAX_JOBS": "1"})
+    _run(
+        pip + ["--no-deps", "--no-build-isolation", str(files / f"{name}-{version}.tar.gz")],
+        log=log,
+        env={"VLLM_TARGET_DEVICE": "empty", "MAX_JOBS": "1"},
+    )
 
 
 def stand_in_pth() -> str:
@@ -170,11 +186,17 @@ def stand_in_pth() -> str:
 
 def _stand_in_pth(python: Path, *, log) -> None:
     """The stand-in's ``.pth`` in the venv, as the stand-in base image writes it into its site-packages."""
-    site = subprocess.run([str(python), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
-                          capture_output=True, text=True, check=True).stdout.strip()
+    site = subprocess.run(
+        [str(python), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout.strip()
     (Path(site) / PTH_NAME).write_text(stand_in_pth(), encoding="utf-8")
-    log(f"stand-in: {', '.join(f'{k}={v!r}' for k, v in {**ALWAYS_ENV, **HIDING_ENV}.items())}, "
-        f"{', '.join(HIDDEN_MODULES)} hidden (no CANN for torch_npu to load)")
+    log(
+        f"stand-in: {', '.join(f'{k}={v!r}' for k, v in {**ALWAYS_ENV, **HIDING_ENV}.items())}, "
+        f"{', '.join(HIDDEN_MODULES)} hidden (no CANN for torch_npu to load)"
+    )
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -195,8 +217,10 @@ def main(argv: list[str] | None = None) -> int:
         if problems:
             print(f"npu-rl: error: pip check: {len(problems)} broken requirement(s) above", file=sys.stderr)
             return 1
-        print("pip check: every requirement holds" + (" (but torch_npu's torch==2.5.1+cpu: the stand-in's PyPI torch)"
-                                                      if stand_in_torch() else ""))
+        print(
+            "pip check: every requirement holds"
+            + (" (but torch_npu's torch==2.5.1+cpu: the stand-in's PyPI torch)" if stand_in_torch() else "")
+        )
         return 0
     if argv == ["sdist"]:
         print(fetch_sdist(*sdist_pin()))

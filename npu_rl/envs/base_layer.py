@@ -12,10 +12,10 @@ import hashlib
 import json
 import os
 import tarfile
-import tomllib
 import urllib.request
 from pathlib import Path
 
+import tomllib
 from packaging.requirements import Requirement
 from packaging.utils import canonicalize_name
 
@@ -52,8 +52,9 @@ def fetch_sdist(name: str, version: str, sha256: str, *, log=print) -> Path:
     target = cache_dir() / filename
     if target.is_file() and _sha256(target) == sha256:
         return target
-    request = urllib.request.Request(f"{SIMPLE_INDEX}/{canonicalize_name(name)}/",
-                                     headers={"Accept": "application/vnd.pypi.simple.v1+json"})
+    request = urllib.request.Request(
+        f"{SIMPLE_INDEX}/{canonicalize_name(name)}/", headers={"Accept": "application/vnd.pypi.simple.v1+json"}
+    )
     with urllib.request.urlopen(request, timeout=120) as response:
         files = json.load(response)["files"]
     entry = next((f for f in files if f["filename"] == filename), None)

@@ -15,7 +15,8 @@ npu-rl installs *on top of* that image, are resolved together with the base laye
 requirements (vLLM's, vllm-ascend's, torch_npu's, and all they need), so no version they
 install breaks one of them (vLLM pins lark 1.2.2, say), and then leave out what only the base
 layer needs. The chip's torch, torch_npu and torchvision take part in the resolutions but are
-not emitted, nor is anything only they need (torch's CUDA wheels on x86_64, say). Installing a lock is ``pip install --no-deps --require-hashes -r``:
+not emitted, nor is anything only they need (torch's CUDA wheels on x86_64, say). Installing a lock is
+``pip install --no-deps --require-hashes -r``:
 the lock is the whole set, nothing is resolved at install time.
 """
 
@@ -29,11 +30,11 @@ import shutil
 import subprocess
 import sys
 import tempfile
-import tomllib
 from dataclasses import asdict, dataclass
-from functools import lru_cache
+from functools import cache
 from pathlib import Path
 
+import tomllib
 from packaging.requirements import Requirement
 from packaging.utils import canonicalize_name
 
@@ -84,7 +85,7 @@ def _pin(name: str, key: str) -> str:
     return f"{name}{versions.pin_spec(versions.get(key))}"
 
 
-@lru_cache(maxsize=None)
+@cache
 def _pyproject() -> dict:
     with open(project_root() / "pyproject.toml", "rb") as f:
         return tomllib.load(f)["project"]
@@ -122,10 +123,13 @@ def npu_constraints() -> list[str]:
 
 def _npu_requirements() -> list[str]:
     reqs = project_requirements("train")
-    reqs += [f"verl=={versions.get('verl.version')}", *versions.get("ascend.verl_npu_requirements"),
-             _pin("megatron-core", "ascend.megatron_core"),
-             f"swanlab[dashboard]{versions.pin_spec(versions.get('dashboards.swanlab'))}",
-             _pin("jupyterlab", "dashboards.jupyterlab")]
+    reqs += [
+        f"verl=={versions.get('verl.version')}",
+        *versions.get("ascend.verl_npu_requirements"),
+        _pin("megatron-core", "ascend.megatron_core"),
+        f"swanlab[dashboard]{versions.pin_spec(versions.get('dashboards.swanlab'))}",
+        _pin("jupyterlab", "dashboards.jupyterlab"),
+    ]
     return list(dict.fromkeys(reqs))
 
 
@@ -148,35 +152,70 @@ def envs() -> dict[str, Env]:
     # TaskRunner and worker of every run paid it, for "iri" format checks that nothing here makes.
     # pip check does not look at extras.
     slow_import = (f"rfc3987-syntax ; {NEVER}",)
-    cpu_extras = [_pin("jupyterlab", "dashboards.jupyterlab"), _pin("swanlab", "dashboards.swanlab"),
-                  _pin("peewee", "dashboards.peewee")]
+    cpu_extras = [
+        _pin("jupyterlab", "dashboards.jupyterlab"),
+        _pin("swanlab", "dashboards.swanlab"),
+        _pin("peewee", "dashboards.peewee"),
+    ]
     items = [
-        Env("cpu", "the CPU training environment: .venv (`make venv`) and the CPU image",
+        Env(
+            "cpu",
+            "the CPU training environment: .venv (`make venv`) and the CPU image",
             tuple(project_requirements("train", "dashboards", "notebook")),
-            tuple(versions.cpu_constraints() + cpu_extras), CPU_PLATFORM,
-            torch_index=str(versions.get("cpu.torch_index_url")), overrides=slow_import),
-        Env("dev", "the test and ops tools, installed into .venv on top of the cpu lock",
-            tuple(project_requirements("ops", "dev")), tuple(versions.cpu_constraints() + [_pin("uv", "tools.uv")]),
+            tuple(versions.cpu_constraints() + cpu_extras),
             CPU_PLATFORM,
-            after="cpu"),
-        Env("eval", "OpenCompass in its own environment: .venv-eval (`make eval-venv`)",
-            tuple(eval_requirements()), (), CPU_PLATFORM,
-            torch_index=str(versions.get("cpu.torch_index_url"))),
-        Env("npu-base", "the Python layer of ascend.base_image (vLLM with the empty target, vllm-ascend, "
+            torch_index=str(versions.get("cpu.torch_index_url")),
+            overrides=slow_import,
+        ),
+        Env(
+            "dev",
+            "the test and ops tools, installed into .venv on top of the cpu lock",
+            tuple(project_requirements("ops", "dev")),
+            tuple(versions.cpu_constraints() + [_pin("uv", "tools.uv")]),
+            CPU_PLATFORM,
+            after="cpu",
+        ),
+        Env(
+            "eval",
+            "OpenCompass in its own environment: .venv-eval (`make eval-venv`)",
+            tuple(eval_requirements()),
+            (),
+            CPU_PLATFORM,
+            torch_index=str(versions.get("cpu.torch_index_url")),
+        ),
+        Env(
+            "npu-base",
+            "the Python layer of ascend.base_image (vLLM with the empty target, vllm-ascend, "
             "torch_npu), what .venv-npu and the stand-in base image install (npu_rl.envs.ascend_base)",
-            (f"vllm-ascend=={versions.get('ascend.vllm_ascend')}",
-             f"torch-npu=={versions.get('ascend.torch_npu')}.*"),
+            (f"vllm-ascend=={versions.get('ascend.vllm_ascend')}", f"torch-npu=={versions.get('ascend.torch_npu')}.*"),
             # Resolved as Ascend resolved it: against the chip's torch only, not npu-rl's pins.
-            (_pin("torch", "ascend.torch"), _pin("torchvision", "ascend.torchvision")), None,
-            provided=("torch", "torchvision"), overrides=base_override, base_layer="is"),
-        Env("npu", "what the Ascend images (A2 and A3) install on top of ascend.base_image",
-            tuple(_npu_requirements()), tuple(npu_constraints()), None, provided=provided,
-            overrides=torch_override + slow_import, base_layer="over"),
-        Env("npu-eval", "the Ascend eval image: the npu set with OpenCompass, on top of the base image",
+            (_pin("torch", "ascend.torch"), _pin("torchvision", "ascend.torchvision")),
+            None,
+            provided=("torch", "torchvision"),
+            overrides=base_override,
+            base_layer="is",
+        ),
+        Env(
+            "npu",
+            "what the Ascend images (A2 and A3) install on top of ascend.base_image",
+            tuple(_npu_requirements()),
+            tuple(npu_constraints()),
+            None,
+            provided=provided,
+            overrides=torch_override + slow_import,
+            base_layer="over",
+        ),
+        Env(
+            "npu-eval",
+            "the Ascend eval image: the npu set with OpenCompass, on top of the base image",
             tuple(dict.fromkeys(_npu_requirements() + [r for r in eval_requirements() if not r.startswith("torch")])),
             # OpenCompass needs datasets<4 (eval.datasets): the eval image trades training's for it.
-            tuple(c for c in npu_constraints() if not c.startswith("datasets")), None, provided=provided,
-            overrides=torch_override + slow_import, base_layer="over"),
+            tuple(c for c in npu_constraints() if not c.startswith("datasets")),
+            None,
+            provided=provided,
+            overrides=torch_override + slow_import,
+            base_layer="over",
+        ),
     ]
     return {e.name: e for e in items}
 
@@ -220,7 +259,7 @@ def recorded_digest(path: Path) -> str | None:
         return None
     for line in path.read_text(encoding="utf-8").splitlines():
         if line.startswith(DIGEST_LINE):
-            return line[len(DIGEST_LINE):].strip()
+            return line[len(DIGEST_LINE) :].strip()
     return None
 
 
@@ -230,8 +269,10 @@ def stale(env: Env) -> str | None:
     if recorded is None:
         return f"{env.path.relative_to(project_root())} is missing or has no {DIGEST_LINE.strip()} line"
     if recorded != inputs_digest(env):
-        return (f"{env.path.relative_to(project_root())} was generated from other inputs than "
-                "configs/versions.yaml and pyproject.toml give now")
+        return (
+            f"{env.path.relative_to(project_root())} was generated from other inputs than "
+            "configs/versions.yaml and pyproject.toml give now"
+        )
     return None
 
 
@@ -268,7 +309,7 @@ def parse(text: str) -> list[Locked]:
         for line in lines[1:]:
             body = line.strip()
             if body.startswith("# via"):
-                rest = body[len("# via"):].strip()
+                rest = body[len("# via") :].strip()
                 in_via = not rest
                 via += [v.strip() for v in rest.split(",") if v.strip()]
             elif in_via and body.startswith("#   "):
@@ -309,11 +350,12 @@ def _uv() -> str:
     exe = Path(sys.executable).parent / "uv"
     found = str(exe) if exe.is_file() else shutil.which("uv")
     if not found:
-        raise RuntimeError("uv is not installed: pip install 'uv==%s' (it is in the dev lock)" % versions.get("tools.uv"))
+        raise RuntimeError(f"uv is not installed: pip install 'uv=={versions.get('tools.uv')}' (it is in the dev lock)")
     out = subprocess.run([found, "--version"], capture_output=True, text=True).stdout.split()
     if out[1:2] != [str(versions.get("tools.uv"))]:
-        raise RuntimeError(f"{found} is {' '.join(out) or 'unknown'}, the locks are made with uv "
-                           f"{versions.get('tools.uv')} (tools.uv)")
+        raise RuntimeError(
+            f"{found} is {' '.join(out) or 'unknown'}, the locks are made with uv {versions.get('tools.uv')} (tools.uv)"
+        )
     return found
 
 
@@ -340,32 +382,55 @@ def compile_lock(env: Env, *, log=print, upgrade: bool = False) -> Path:
         if env.path.is_file() and not upgrade:
             # uv reads the pins of the output file it is given as preferences (as pip-compile does).
             shutil.copy(env.path, out)
-        cmd = [uv, "pip", "compile", "-", *([BASE_LAYER_FILE] if env.base_layer == "over" else []),
-               "--output-file", out.name, "--python-version", PYTHON,
-               "--generate-hashes", "--no-header", "--constraint", cfile.name,
-               "--exclude-newer", str(versions.get("tools.lock_exclude_newer"))]
+        cmd = [
+            uv,
+            "pip",
+            "compile",
+            "-",
+            *([BASE_LAYER_FILE] if env.base_layer == "over" else []),
+            "--output-file",
+            out.name,
+            "--python-version",
+            PYTHON,
+            "--generate-hashes",
+            "--no-header",
+            "--constraint",
+            cfile.name,
+            "--exclude-newer",
+            str(versions.get("tools.lock_exclude_newer")),
+        ]
         cmd += ["--python-platform", env.platform] if env.platform else ["--universal"]
         if env.overrides:
             (Path(tmp) / "overrides.txt").write_text("\n".join(env.overrides) + "\n", encoding="utf-8")
             cmd += ["--override", "overrides.txt"]
         if env.torch_index:
-            torch_pin = next((c for c in [*env.requirements, *constraints]
-                              if canonicalize_name(Requirement(c).name) == "torch" and Requirement(c).specifier), None)
+            torch_pin = next(
+                (
+                    c
+                    for c in [*env.requirements, *constraints]
+                    if canonicalize_name(Requirement(c).name) == "torch" and Requirement(c).specifier
+                ),
+                None,
+            )
             version = str(Requirement(torch_pin).specifier).lstrip("=") if torch_pin else ""
             wheel = pipconf.local_wheel("torch", version) if version else None
             # This machine's pip carries the wheel: uv reads the same folder; else the CPU index.
             cmd += ["--find-links", str(wheel.parent)] if wheel else ["--extra-index-url", env.torch_index]
-        log(f"lock {env.name}: resolving {len(requirements)} requirements with uv "
-            f"({env.platform or 'universal'}, python {PYTHON})")
+        log(
+            f"lock {env.name}: resolving {len(requirements)} requirements with uv "
+            f"({env.platform or 'universal'}, python {PYTHON})"
+        )
         env_vars = {**os.environ, "UV_NO_CONFIG": "1"}
-        proc = subprocess.run(cmd, input="\n".join(requirements) + "\n", text=True, capture_output=True,
-                              env=env_vars, cwd=tmp)
+        proc = subprocess.run(
+            cmd, input="\n".join(requirements) + "\n", text=True, capture_output=True, env=env_vars, cwd=tmp
+        )
         if proc.returncode != 0:
             raise RuntimeError(f"uv could not lock {env.name}:\n{proc.stderr.strip()}")
         # A universal lock keeps a package overridden away under its never-holding marker: left out.
         resolved = [p for p in parse(out.read_text(encoding="utf-8")) if p.marker != NEVER]
-        packages = _drop_provided(resolved, env.provided,
-                                  base_files=(BASE_LAYER_FILE,) if env.base_layer == "over" else ())
+        packages = _drop_provided(
+            resolved, env.provided, base_files=(BASE_LAYER_FILE,) if env.base_layer == "over" else ()
+        )
     header = [
         f"# {LOCK_DIR}/{env.name}.txt: {env.purpose}.",
         "# Generated by `make lock` (python -m npu_rl.envs.locks compile) from configs/versions.yaml",
@@ -375,8 +440,9 @@ def compile_lock(env: Env, *, log=print, upgrade: bool = False) -> Path:
         f"{versions.get('tools.lock_exclude_newer')}.",
     ]
     if env.provided:
-        header.append(f"# Provided by the base image, hence not here: {', '.join(env.provided)} "
-                      "and what only they need.")
+        header.append(
+            f"# Provided by the base image, hence not here: {', '.join(env.provided)} and what only they need."
+        )
     if env.base_layer == "over":
         header.append("# Resolved together with the base image's layer (configs/locks/npu-base.txt's requirements):")
         header.append("# what only that layer needs is left out, what both need agrees with both.")

@@ -20,8 +20,9 @@ def _config_values(key: str) -> list[str]:
     if env:
         values += env.split()
     try:
-        out = subprocess.run([sys.executable, "-m", "pip", "config", "list"], capture_output=True, text=True,
-                             timeout=60).stdout
+        out = subprocess.run(
+            [sys.executable, "-m", "pip", "config", "list"], capture_output=True, text=True, timeout=60
+        ).stdout
     except (OSError, subprocess.TimeoutExpired):
         out = ""
     for line in out.splitlines():
@@ -58,7 +59,7 @@ def local_wheel(name: str, version: str, dirs: list[Path] | None = None) -> Path
     stem = name.replace("-", "_")
     for folder in find_links_dirs() if dirs is None else dirs:
         for wheel in sorted(folder.glob(f"{stem}-{version}*.whl")):
-            rest = wheel.name[len(stem) + 1 + len(version):]
+            rest = wheel.name[len(stem) + 1 + len(version) :]
             if rest.startswith(("-", "+")):
                 return wheel
     return None

@@ -20,7 +20,7 @@ class Problem:
 
 
 def dataset_label(data_source: str) -> str:
-    """"DigitalLearningGmbH/MATH-lighteval" -> "MATH-lighteval", the name the recipe's table uses."""
+    """ "DigitalLearningGmbH/MATH-lighteval" -> "MATH-lighteval", the name the recipe's table uses."""
     return data_source.rstrip("/").rsplit("/", 1)[-1]
 
 

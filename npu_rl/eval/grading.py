@@ -4,8 +4,9 @@ local accuracy is the reward's ``acc`` part and not a second, diverging grader."
 from __future__ import annotations
 
 import importlib
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Callable, Protocol
+from typing import Any, Protocol
 
 from ..errors import UserError
 
@@ -13,7 +14,9 @@ DEFAULT_REWARD = "npu_rl.reward.math"
 
 
 class Grader(Protocol):
-    def __call__(self, data_source: str, solution_str: str, ground_truth: str, extra_info: dict | None = None) -> Any: ...
+    def __call__(
+        self, data_source: str, solution_str: str, ground_truth: str, extra_info: dict | None = None
+    ) -> Any: ...
 
 
 @dataclass(frozen=True)
@@ -42,11 +45,17 @@ def to_grade(result: Any) -> Grade:
         score = float(result.get("score", 0.0))
         acc = float(result["acc"]) if "acc" in result else float(score > 0)
         pred, boxed = result.get("pred"), result.get("boxed")
-        return Grade(acc=acc, score=score, pred=None if pred is None else str(pred),
-                     boxed=None if boxed is None else float(boxed))
+        return Grade(
+            acc=acc,
+            score=score,
+            pred=None if pred is None else str(pred),
+            boxed=None if boxed is None else float(boxed),
+        )
     score = float(result)
     return Grade(acc=float(score > 0), score=score)
 
 
-def grade(grader: Callable[..., Any], data_source: str, output: str, ground_truth: str, extra_info: dict | None) -> Grade:
+def grade(
+    grader: Callable[..., Any], data_source: str, output: str, ground_truth: str, extra_info: dict | None
+) -> Grade:
     return to_grade(grader(data_source, output, ground_truth, extra_info=extra_info))

@@ -201,7 +201,12 @@ def require_executable(explicit: str | os.PathLike | None = None) -> str:
 
 
 def build_command(
-    config_dir: Path, entries: list[ModelEntry], work_dir: Path, *, max_num_workers: int = 1, executable: str = "opencompass"
+    config_dir: Path,
+    entries: list[ModelEntry],
+    work_dir: Path,
+    *,
+    max_num_workers: int = 1,
+    executable: str = "opencompass",
 ) -> list[str]:
     cmd = [
         executable,

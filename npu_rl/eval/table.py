@@ -117,7 +117,7 @@ class ResultTable:
         return md, csv_path
 
     @classmethod
-    def read_csv(cls, path: Path) -> "ResultTable":
+    def read_csv(cls, path: Path) -> ResultTable:
         with open(path, encoding="utf-8", newline="") as f:
             rows = [
                 Row(

@@ -9,11 +9,12 @@ from __future__ import annotations
 import sys
 import tempfile
 import threading
+from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from functools import partial
 from http.server import SimpleHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
-from typing import Any, Iterable, Iterator
+from typing import Any
 
 from ..errors import UserError
 from .engine import _one_line, docker_sdk
@@ -53,8 +54,11 @@ def _server(handler: Any) -> ThreadingHTTPServer:
     try:
         return ThreadingHTTPServer(("127.0.0.1", FILES_PORT), handler)
     except OSError as err:
-        print(f"build files: port {FILES_PORT} is taken ({err.strerror}), serving on another: the layers after "
-              "the first build argument that names the URL are built again", file=sys.stderr)
+        print(
+            f"build files: port {FILES_PORT} is taken ({err.strerror}), serving on another: the layers after "
+            "the first build argument that names the URL are built again",
+            file=sys.stderr,
+        )
         return ThreadingHTTPServer(("127.0.0.1", 0), handler)
 
 
@@ -103,8 +107,16 @@ def build_image(
     with Display(f"building {tag}", verbose=verbose, console=console) as display:
         try:
             stream = client.api.build(
-                path=str(context), dockerfile=dockerfile, tag=tag, buildargs=buildargs, target=target,
-                rm=True, forcerm=True, nocache=nocache, decode=True, network_mode=network_mode,
+                path=str(context),
+                dockerfile=dockerfile,
+                tag=tag,
+                buildargs=buildargs,
+                target=target,
+                rm=True,
+                forcerm=True,
+                nocache=nocache,
+                decode=True,
+                network_mode=network_mode,
             )
             image_id = _consume(stream, display, f"building {tag}")
         except docker.errors.APIError as err:

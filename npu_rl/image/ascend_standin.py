@@ -21,8 +21,10 @@ from .api import build_image, serve_files
 from .base import ensure_base
 
 DOCKERFILE = "docker/Dockerfile.ascend-standin"
-NOTE = ("stand-in base: the Python layer of {base} without CANN, the NPU kernels or torch_npu's native "
-        "library (torch_npu hidden); it rehearses up to the device boundary and cannot train on an NPU")
+NOTE = (
+    "stand-in base: the Python layer of {base} without CANN, the NPU kernels or torch_npu's native "
+    "library (torch_npu hidden); it rehearses up to the device boundary and cannot train on an NPU"
+)
 
 
 def tag() -> str:
@@ -59,6 +61,14 @@ def ensure(client: Any, root: Path, *, nocache: bool = False, verbose: bool = Fa
     log(f"base: building {ref} on {debian} ({DOCKERFILE})")
     with serve_files({p.name: p for p in sorted(files.iterdir()) if not p.name.startswith(".")}) as url:
         assert url is not None
-        build_image(client, context=root, dockerfile=DOCKERFILE, tag=ref, buildargs=build_args(url, debian),
-                    nocache=nocache, verbose=verbose, network_mode="host")
+        build_image(
+            client,
+            context=root,
+            dockerfile=DOCKERFILE,
+            tag=ref,
+            buildargs=build_args(url, debian),
+            nocache=nocache,
+            verbose=verbose,
+            network_mode="host",
+        )
     return ref

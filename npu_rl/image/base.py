@@ -61,13 +61,16 @@ def make_standin(client: Any, *, log=print) -> str:
     """Build the stand-in base with mmdebstrap and import it; returns its tag."""
     tag = standin_tag()
     if not shutil.which("mmdebstrap"):
-        raise UserError(f"cannot pull {default_base()} and mmdebstrap is not installed to make a stand-in: "
-                        "apt-get install mmdebstrap, or pass --base-image")
+        raise UserError(
+            f"cannot pull {default_base()} and mmdebstrap is not installed to make a stand-in: "
+            "apt-get install mmdebstrap, or pass --base-image"
+        )
     with tempfile.TemporaryDirectory(prefix="npu-rl-base-") as tmp:
         tarball = Path(tmp) / "rootfs.tar"
         log(f"base: making {tag} from Debian {SUITE} with mmdebstrap ({', '.join(PACKAGES)})")
-        proc = subprocess.Popen(mmdebstrap_command(tarball), stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                                text=True)
+        proc = subprocess.Popen(
+            mmdebstrap_command(tarball), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
+        )
         tail: list[str] = []
         assert proc.stdout is not None
         try:
@@ -83,9 +86,12 @@ def make_standin(client: Any, *, log=print) -> str:
             print("\n".join(tail), file=sys.stderr)
             raise UserError(f"mmdebstrap failed (exit {proc.returncode}) making the {default_base()} stand-in")
         # An imported tarball has no config: PATH and the rest are the python image's.
-        changes = ['CMD ["python3"]', "ENV LANG=C.UTF-8",
-                   "ENV PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
-                   f'LABEL org.opencontainers.image.description="stand-in for {default_base()} (mmdebstrap)"']
+        changes = [
+            'CMD ["python3"]',
+            "ENV LANG=C.UTF-8",
+            "ENV PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
+            f'LABEL org.opencontainers.image.description="stand-in for {default_base()} (mmdebstrap)"',
+        ]
         try:
             # The tag rides in the repository name: both APIs take it there (podman ignores `tag`).
             client.api.import_image_from_file(str(tarball), repository=tag, changes=changes)

@@ -22,9 +22,11 @@ from .engine import _one_line, docker_sdk
 
 # Run with the base's own python3: its version and every installed distribution's.
 # The first of two copies of a distribution on sys.path is the one imported: it is the one kept.
-PROBE = ("import importlib.metadata as m, json, sys; d = {}; "
-         "[d.setdefault(x.metadata['Name'], x.version) for x in m.distributions() if x.metadata['Name']]; "
-         "print(json.dumps({'python': '%d.%d' % sys.version_info[:2], 'dists': d}))")
+PROBE = (
+    "import importlib.metadata as m, json, sys; d = {}; "
+    "[d.setdefault(x.metadata['Name'], x.version) for x in m.distributions() if x.metadata['Name']]; "
+    "print(json.dumps({'python': '%d.%d' % sys.version_info[:2], 'dists': d}))"
+)
 
 # Distribution, pin key, whether a later post release of the pin matches (Ascend publishes torch_npu
 # 2.5.1.post1 for the pin 2.5.1). Local labels never count: the base's torch is 2.5.1+cpu, its vLLM
@@ -69,11 +71,13 @@ def python_set(client: Any, ref: str) -> dict[str, Any]:
     """The base's Python version and installed distributions, from a container without network."""
     docker = docker_sdk()
     try:
-        out = client.containers.run(ref, ["-c", PROBE], entrypoint="python3", remove=True, network_mode="none",
-                                    stdout=True, stderr=False)
+        out = client.containers.run(
+            ref, ["-c", PROBE], entrypoint="python3", remove=True, network_mode="none", stdout=True, stderr=False
+        )
     except docker.errors.ContainerError as err:
-        raise UserError(f"base image {ref}: python3 -c failed in it, so its Python set cannot be checked "
-                        f"({_one_line(err)[:200]})") from None
+        raise UserError(
+            f"base image {ref}: python3 -c failed in it, so its Python set cannot be checked ({_one_line(err)[:200]})"
+        ) from None
     except docker.errors.APIError as err:
         raise UserError(f"base image {ref}: cannot run it to read its Python set ({_one_line(err)[:200]})") from None
     text = out.decode("utf-8", errors="replace") if isinstance(out, bytes) else str(out)
@@ -89,6 +93,8 @@ def check(client: Any, ref: str) -> dict[str, Any]:
     wrong = mismatches(found)
     if wrong:
         more = f" (and {len(wrong) - 1} more: {'; '.join(wrong[1:])})" if len(wrong) > 1 else ""
-        raise UserError(f"base image {ref} has {wrong[0]}{more}: configs/locks/npu.txt was resolved for the "
-                        f"pinned set, build on {versions.get('ascend.base_image')} or pass --stand-in")
+        raise UserError(
+            f"base image {ref} has {wrong[0]}{more}: configs/locks/npu.txt was resolved for the "
+            f"pinned set, build on {versions.get('ascend.base_image')} or pass --stand-in"
+        )
     return found

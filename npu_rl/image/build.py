@@ -50,8 +50,10 @@ def _present(client: Any, ref: str, *, log=print) -> str:
     """``ref``, here or pulled; one line saying why not otherwise."""
     reason = pull_if_missing(client, ref, log=log)
     if reason is not None:
-        raise UserError(f"base image {ref} is not here and cannot be pulled ({reason[:160]}); "
-                        "pass --base-image, or --stand-in to build on a stand-in made here")
+        raise UserError(
+            f"base image {ref} is not here and cannot be pulled ({reason[:160]}); "
+            "pass --base-image, or --stand-in to build on a stand-in made here"
+        )
     return ref
 
 
@@ -92,14 +94,15 @@ def build_variant(
             args["BASE_IMAGE"] = ensure_base(eng.client, base_image, log=log)
         else:
             if stand_in:
-                args["BASE_IMAGE"] = ascend_standin.ensure(eng.client, root, nocache=nocache, verbose=verbose,
-                                                           log=log)
+                args["BASE_IMAGE"] = ascend_standin.ensure(eng.client, root, nocache=nocache, verbose=verbose, log=log)
                 args["WITH_MINDSPEED"] = "0"
             else:
                 args["BASE_IMAGE"] = _present(eng.client, base_image or args["BASE_IMAGE"], log=log)
             found = base_check.check(eng.client, args["BASE_IMAGE"])
-            log(f"base: {args['BASE_IMAGE']} has the pinned Python set (Python {found['python']}, "
-                f"{len(found['dists'])} distributions)")
+            log(
+                f"base: {args['BASE_IMAGE']} has the pinned Python set (Python {found['python']}, "
+                f"{len(found['dists'])} distributions)"
+            )
         wheels = local_torch_wheels(root) if variant == "cpu" else []
         cert = pipconf.cert_file()
         files = {w.name: w for w in wheels} | ({CERT_NAME: cert} if cert else {})
@@ -112,8 +115,17 @@ def build_variant(
                 # Fetched and deleted inside the RUN step that installs: it stays out of the layers.
                 log(f"certificate: pip's CA bundle {cert}")
                 args["PIP_CERT_URL"] = f"{url}{CERT_NAME}"
-            build_image(eng.client, context=root, dockerfile=image.dockerfile, tag=tag, buildargs=args,
-                        target=image.target, nocache=nocache, verbose=verbose, network_mode="host")
+            build_image(
+                eng.client,
+                context=root,
+                dockerfile=image.dockerfile,
+                tag=tag,
+                buildargs=args,
+                target=image.target,
+                nocache=nocache,
+                verbose=verbose,
+                network_mode="host",
+            )
         size = int(eng.client.images.get(tag).attrs.get("Size") or 0)
         if push:
             push_image(eng.client, tag, verbose=verbose)

@@ -21,10 +21,11 @@ import subprocess
 import tempfile
 import time
 import uuid
+from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
 
 from ..errors import UserError
 
@@ -57,7 +58,7 @@ class Engine:
 def _ping(host: str) -> bool:
     if not host.startswith("unix://"):
         return True  # tcp/ssh: left to the client
-    path = host[len("unix://"):]
+    path = host[len("unix://") :]
     try:
         with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as s:
             s.settimeout(2)
@@ -75,13 +76,15 @@ def connect(host: str) -> Any:
         client = docker.DockerClient(base_url=host, timeout=600)
         client.ping()
     except docker.errors.DockerException as err:
-        raise UserError(f"no Docker daemon reachable at {host}: start Docker or point DOCKER_HOST/--host at "
-                        f"one ({_one_line(err)})") from None
+        raise UserError(
+            f"no Docker daemon reachable at {host}: start Docker or point DOCKER_HOST/--host at one ({_one_line(err)})"
+        ) from None
     return client
 
 
 def containers_conf(directory: Path) -> Path:
     """A containers.conf with ulimits the host allows and the runc runtime when installed."""
+
     def capped(limit: int, kind: int) -> int:
         hard = resource.getrlimit(kind)[1]
         return limit if hard == resource.RLIM_INFINITY else min(limit, hard)
@@ -107,8 +110,13 @@ def podman_service(storage: list[str] | None = None, *, timeout: float = 30) -> 
         log = Path(tmp) / "service.log"
         env = {**os.environ, "CONTAINERS_CONF": str(containers_conf(Path(tmp)))}
         with open(log, "wb") as out:
-            proc = subprocess.Popen([exe, *(storage or []), "system", "service", "--time=0", f"unix://{sock}"],
-                                    stdout=out, stderr=subprocess.STDOUT, env=env, start_new_session=True)
+            proc = subprocess.Popen(
+                [exe, *(storage or []), "system", "service", "--time=0", f"unix://{sock}"],
+                stdout=out,
+                stderr=subprocess.STDOUT,
+                env=env,
+                start_new_session=True,
+            )
         host = f"unix://{sock}"
         try:
             deadline = time.monotonic() + timeout
@@ -138,7 +146,9 @@ def engine(host: str | None = None) -> Iterator[Engine]:
         yield Engine(connect(DEFAULT_HOST), DEFAULT_HOST, "docker")
         return
     if not shutil.which("podman"):
-        raise UserError(f"no Docker daemon reachable at {DEFAULT_HOST} and no podman: start Docker, point "
-                        "DOCKER_HOST/--host at one, or install podman")
+        raise UserError(
+            f"no Docker daemon reachable at {DEFAULT_HOST} and no podman: start Docker, point "
+            "DOCKER_HOST/--host at one, or install podman"
+        )
     with podman_service() as address:
         yield Engine(connect(address), address, "podman")

@@ -9,8 +9,9 @@ from __future__ import annotations
 
 import re
 from collections import deque
+from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import Any, Iterable, Literal
+from typing import Any, Literal
 
 # Docker prints "Step 3/12 : RUN ...", podman/buildah "STEP 3/12: RUN ...".
 _STEP = re.compile(r"^step\s+(\d+)/(\d+)\s*:\s*(.*)$", re.IGNORECASE)
@@ -45,8 +46,9 @@ def parse_chunk(chunk: dict[str, Any]) -> list[Event]:
     if "status" in chunk:
         detail = chunk.get("progressDetail") or {}
         layer = f"{chunk['id']}: " if chunk.get("id") else ""
-        events.append(Event("status", f"{layer}{chunk['status']}", current=detail.get("current"),
-                            total=detail.get("total")))
+        events.append(
+            Event("status", f"{layer}{chunk['status']}", current=detail.get("current"), total=detail.get("total"))
+        )
     return events
 
 
@@ -65,13 +67,18 @@ class Display:
         self._progress: Any = None
         self._task: Any = None
 
-    def __enter__(self) -> "Display":
+    def __enter__(self) -> Display:
         from rich.progress import BarColumn, MofNCompleteColumn, Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
 
         self._progress = Progress(
-            SpinnerColumn(), TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(),
-            TimeElapsedColumn(), TextColumn("{task.fields[detail]}", style="dim", markup=False),
-            console=self.console, transient=True,
+            SpinnerColumn(),
+            TextColumn("[bold]{task.description}"),
+            BarColumn(),
+            MofNCompleteColumn(),
+            TimeElapsedColumn(),
+            TextColumn("{task.fields[detail]}", style="dim", markup=False),
+            console=self.console,
+            transient=True,
         )
         self._progress.__enter__()
         self._task = self._progress.add_task(self.title, total=None, detail="")

@@ -151,8 +151,10 @@ def verl_converter() -> Path:
     """converter_hf_to_mcore.py of the verl this interpreter imports (without importing it)."""
     spec = importlib.util.find_spec("verl")
     if spec is None or not spec.origin:
-        raise UserError("prepare.weight_conversion: verl is not installed here, so its converter_hf_to_mcore.py "
-                        "cannot be found (run in the training image, or set prepare.weight_conversion.converter_script)")
+        raise UserError(
+            "prepare.weight_conversion: verl is not installed here, so its converter_hf_to_mcore.py "
+            "cannot be found (run in the training image, or set prepare.weight_conversion.converter_script)"
+        )
     return Path(spec.origin).parent.parent / VERL_CONVERTER
 
 
@@ -186,10 +188,29 @@ def prepare_commands(recipe: Recipe) -> list[list[str]]:
         # verl's documented distributed conversion (scripts/converter_hf_to_mcore.py _init_args):
         # torchrun with one rank per pipeline stage of the conversion; `python -m torch.distributed.run`
         # is torchrun on this interpreter.
-        launch = ["python", "-m", "torch.distributed.run", "--nnodes", str(nodes),
-                  "--nproc_per_node", str(conv.nproc_per_node), "--node_rank", NODE_RANK,
-                  "--master_addr", MASTER_ADDR, "--master_port", str(CONVERTER_PORT)]
-    argv = [*launch, str(converter_script(recipe)),
-            "--hf_model_path", str(hf), "--output_path", str(resolve(conv.mcore_path)), "--use_cpu_initialization"]
+        launch = [
+            "python",
+            "-m",
+            "torch.distributed.run",
+            "--nnodes",
+            str(nodes),
+            "--nproc_per_node",
+            str(conv.nproc_per_node),
+            "--node_rank",
+            NODE_RANK,
+            "--master_addr",
+            MASTER_ADDR,
+            "--master_port",
+            str(CONVERTER_PORT),
+        ]
+    argv = [
+        *launch,
+        str(converter_script(recipe)),
+        "--hf_model_path",
+        str(hf),
+        "--output_path",
+        str(resolve(conv.mcore_path)),
+        "--use_cpu_initialization",
+    ]
     cmds.append(argv)
     return cmds

@@ -29,8 +29,18 @@ def merge(recipe: Recipe, step: int | None = None) -> Path:
     actor = run_files.step_dir(recipe, step) / "actor"
     target = run_files.merged_model_dir(recipe, step)
     backend = "megatron" if recipe.actor.strategy == "megatron" else "fsdp"
-    cmd = [sys.executable, "-m", "verl.model_merger", "merge", "--backend", backend,
-           "--local_dir", str(actor), "--target_dir", str(target)]
+    cmd = [
+        sys.executable,
+        "-m",
+        "verl.model_merger",
+        "merge",
+        "--backend",
+        backend,
+        "--local_dir",
+        str(actor),
+        "--target_dir",
+        str(target),
+    ]
     print(f"merging global_step_{step} -> {target}", flush=True)
     proc = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     if proc.returncode != 0:

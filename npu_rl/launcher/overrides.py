@@ -74,8 +74,10 @@ def build_overrides(recipe: Recipe, resume_from: Path | None = None, restart: bo
         ("actor_rollout_ref.rollout.temperature", ro.temperature),
         ("actor_rollout_ref.rollout.do_sample", ro.do_sample),
         ("actor_rollout_ref.rollout.log_prob_micro_batch_size_per_gpu", act.log_prob_micro_batch_size_per_device),
-        ("actor_rollout_ref.ref.log_prob_micro_batch_size_per_gpu",
-         act.ref_log_prob_micro_batch_size_per_device or act.log_prob_micro_batch_size_per_device),
+        (
+            "actor_rollout_ref.ref.log_prob_micro_batch_size_per_gpu",
+            act.ref_log_prob_micro_batch_size_per_device or act.log_prob_micro_batch_size_per_device,
+        ),
         ("trainer.critic_warmup", a.critic_warmup),
         ("trainer.total_epochs", a.total_epochs),
         ("trainer.logger", list(log.backends)),
@@ -125,8 +127,10 @@ def build_overrides(recipe: Recipe, resume_from: Path | None = None, restart: bo
             # FSDP's param_dtype for the actor and the ref when no mixed_precision is given (verl 0.6.1
             # workers/fsdp_workers.py:461-471; default trainer/config/engine/fsdp.yaml:56) and the rollout's
             # (trainer/config/rollout/rollout.yaml:29), which the CPU rollout generates in.
-            kv += [(f"actor_rollout_ref.{role}.dtype", m.dtype)
-                   for role in ("actor.fsdp_config", "ref.fsdp_config", "rollout")]
+            kv += [
+                (f"actor_rollout_ref.{role}.dtype", m.dtype)
+                for role in ("actor.fsdp_config", "ref.fsdp_config", "rollout")
+            ]
 
     out = [f"{k}={hydra_value(v)}" for k, v in kv]
     # Keys absent from verl's schema need hydra's "+" (append) prefix.

@@ -11,10 +11,9 @@ data's columns and rows, the reward file, the table's checks and verl's composed
 from __future__ import annotations
 
 import sys
-from collections.abc import Collection
+from collections.abc import Callable, Collection, Iterable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable, Iterable
 
 from .. import run_files
 from ..cluster.probe import port_free
@@ -59,8 +58,9 @@ def check_data(recipe: Recipe) -> None:
     """verl drops the last incomplete batch, so fewer training rows than a batch is an empty dataloader."""
     d, batch = recipe.data, recipe.algorithm.train_batch_size
     for field, files, least, why in (
-            ("data.train_files", d.train_files, batch, f"algorithm.train_batch_size is {batch}"),
-            ("data.val_files", d.val_files, 1, "validation needs at least one")):
+        ("data.train_files", d.train_files, batch, f"algorithm.train_batch_size is {batch}"),
+        ("data.val_files", d.val_files, 1, "validation needs at least one"),
+    ):
         rows = sum(check_data_file(run_files.resolve(f), d.prompt_key, field) for f in files)
         if rows < least:
             raise UserError(f"{field}: {rows} row(s) in {', '.join(files)}; {why}")
@@ -111,8 +111,11 @@ def check_disk(ctx: JobContext) -> CheckResult:
     need = max(weights * factor, GiB)
     free = ctx.host.disk_usage(_existing_parent(target))[2]
     if free < need:
-        return fail("disk", f"{gib(free)} free at {target}, a checkpoint needs about {gib(need)}",
-                    "free space there or point checkpoint.dir at a larger volume")
+        return fail(
+            "disk",
+            f"{gib(free)} free at {target}, a checkpoint needs about {gib(need)}",
+            "free space there or point checkpoint.dir at a larger volume",
+        )
     return ok("disk", f"{gib(free)} free at {target}")
 
 
@@ -142,8 +145,9 @@ def check_checkpoints(ctx: JobContext) -> CheckResult:
     root = run_files.checkpoint_root(ctx.recipe)
     if not steps:
         damaged = "".join(f"; global_step_{s} is incomplete: {p}" for s, p in run_files.damaged_steps(ctx.recipe))
-        return fail("checkpoints", f"none under {root}{damaged}",
-                    f"train first: `npu-rl train --recipe {ctx.recipe.name}`")
+        return fail(
+            "checkpoints", f"none under {root}{damaged}", f"train first: `npu-rl train --recipe {ctx.recipe.name}`"
+        )
     return ok("checkpoints", f"steps {', '.join(map(str, steps))}")
 
 
@@ -159,8 +163,11 @@ def check_ports(ctx: JobContext) -> CheckResult:
     ports = required_ports(ctx)
     busy = [p for p in ports if not port_free(p)]
     if busy:
-        return fail("ports", f"port {busy[0]} in use",
-                    f"stop the process listening on {busy[0]} (ss -ltnp) or change the port in the recipe env")
+        return fail(
+            "ports",
+            f"port {busy[0]} in use",
+            f"stop the process listening on {busy[0]} (ss -ltnp) or change the port in the recipe env",
+        )
     return ok("ports", f"{len(ports)} free" if ports else "none needed")
 
 

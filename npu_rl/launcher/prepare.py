@@ -73,8 +73,10 @@ def prepare_model(recipe: Recipe, source: str | None = None) -> None:
             return
     source = source or recipe.model.hub_id
     if not source:
-        raise UserError(f"model.path {recipe.model.path}: no weights in {target}; pass --model-source HUB_ID_OR_DIR "
-                        "or set model.hub_id in the recipe")
+        raise UserError(
+            f"model.path {recipe.model.path}: no weights in {target}; pass --model-source HUB_ID_OR_DIR "
+            "or set model.hub_id in the recipe"
+        )
     fetch_for_recipe(source, target, recipe.model.tokenizer_config)
 
 
@@ -123,8 +125,10 @@ def prepare_data(recipe: Recipe, source: Path | None = None) -> None:
     convert(out, data_source(recipe, source), recipe.data.hub_dataset)
     missing = [f for f in files if not f.is_file()]
     if missing:
-        raise UserError(f"data: {missing[0]} is not a file the {recipe.data.format} conversion writes (it writes "
-                        f"train.parquet and test.parquet into {out}); fix data.train_files / data.val_files")
+        raise UserError(
+            f"data: {missing[0]} is not a file the {recipe.data.format} conversion writes (it writes "
+            f"train.parquet and test.parquet into {out}); fix data.train_files / data.val_files"
+        )
 
 
 # --- weight conversion -----------------------------------------------------------------------
@@ -144,7 +148,7 @@ class ConversionStep:
 
     @property
     def name(self) -> str:
-        if self.argv[:len(megatron.FP8_CAST)] == megatron.FP8_CAST:
+        if self.argv[: len(megatron.FP8_CAST)] == megatron.FP8_CAST:
             return "npu-rl model fp8-cast"
         return (self.script or Path(self.argv[0])).name
 
@@ -152,13 +156,14 @@ class ConversionStep:
     def resumable(self) -> bool:
         """The step keeps what an interrupted run wrote and carries on from it (npu-rl's FP8 cast
         skips the shards it finished); every other tool starts over."""
-        return self.argv[:len(megatron.FP8_CAST)] == megatron.FP8_CAST
+        return self.argv[: len(megatron.FP8_CAST)] == megatron.FP8_CAST
 
     def argv_writing_to(self, output: Path, node_rank: int = 0, master_addr: str = "127.0.0.1") -> list[str]:
         """The command with its output flag pointed at ``output``; ``python`` is this interpreter,
         which in the images is the one with verl, torch and Megatron installed."""
-        argv = [a.replace(megatron.NODE_RANK, str(node_rank)).replace(megatron.MASTER_ADDR, master_addr)
-                for a in self.argv]
+        argv = [
+            a.replace(megatron.NODE_RANK, str(node_rank)).replace(megatron.MASTER_ADDR, master_addr) for a in self.argv
+        ]
         argv[_output_index(argv)] = str(output)
         if argv[0] == "python":
             argv[0] = sys.executable
@@ -168,8 +173,11 @@ class ConversionStep:
         """The command as `npu-rl prepare --dry-run` shows it."""
         fields = {megatron.NODE_RANK: "$NODE_RANK", megatron.MASTER_ADDR: "$HEAD_IP"}
         command = " ".join(fields.get(a) or shlex.quote(a) for a in self.argv)
-        where = (f"on each of {self.nodes} nodes (NODE_RANK 0 on the Ray head, HEAD_IP its address)"
-                 if self.nodes > 1 else "here")
+        where = (
+            f"on each of {self.nodes} nodes (NODE_RANK 0 on the Ray head, HEAD_IP its address)"
+            if self.nodes > 1
+            else "here"
+        )
         return f"{self.name} -> {self.output}, {where}:\n    {command}"
 
 
@@ -196,8 +204,10 @@ def describe(recipe: Recipe) -> list[str]:
     """What `npu-rl prepare` would do, for --dry-run: where the model and data come from and
     each weight-conversion command, with whether its output is already there."""
     conv = recipe.prepare.weight_conversion
-    lines = [f"model: {fetch_target(recipe)}" + (f" (from {recipe.model.hub_id})" if recipe.model.hub_id else ""),
-             f"data: {', '.join(map(str, data_files(recipe)))}"]
+    lines = [
+        f"model: {fetch_target(recipe)}" + (f" (from {recipe.model.hub_id})" if recipe.model.hub_id else ""),
+        f"data: {', '.join(map(str, data_files(recipe)))}",
+    ]
     steps = conversion_steps(recipe)
     for i, step in enumerate(steps, 1):
         done = " [already present, skipped]" if _present(step.output) else ""
@@ -266,24 +276,33 @@ def run_on_nodes(step: ConversionStep, output: Path) -> list[int]:
         import ray
         from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
     except ImportError as e:
-        raise UserError(f"weight conversion step {step.name} runs on {step.nodes} nodes through Ray, "
-                        "which is not installed here") from e
+        raise UserError(
+            f"weight conversion step {step.name} runs on {step.nodes} nodes through Ray, which is not installed here"
+        ) from e
     try:
         ray.init(address="auto", ignore_reinit_error=True, log_to_driver=True)
     except ConnectionError as e:
-        raise UserError(f"weight conversion step {step.name} runs on {step.nodes} nodes but no Ray cluster is "
-                        "running: run it inside the job (`npu-rl train --prepare` under `npu-rl ray head`), or "
-                        "set prepare.weight_conversion.distributed=false for a one-node conversion") from e
+        raise UserError(
+            f"weight conversion step {step.name} runs on {step.nodes} nodes but no Ray cluster is "
+            "running: run it inside the job (`npu-rl train --prepare` under `npu-rl ray head`), or "
+            "set prepare.weight_conversion.distributed=false for a one-node conversion"
+        ) from e
     here = ray.util.get_node_ip_address()
     alive = [n for n in ray.nodes() if n.get("Alive")]
     alive.sort(key=lambda n: n["NodeManagerAddress"] != here)  # this node first: rank 0
     if len(alive) < step.nodes or alive[0]["NodeManagerAddress"] != here:
-        raise UserError(f"weight conversion step {step.name} needs {step.nodes} Ray nodes including this one, "
-                        f"the cluster has {len(alive)}")
+        raise UserError(
+            f"weight conversion step {step.name} needs {step.nodes} Ray nodes including this one, "
+            f"the cluster has {len(alive)}"
+        )
     try:
         task = ray.remote(num_cpus=0)(_run_argv)
-        refs = [task.options(scheduling_strategy=NodeAffinitySchedulingStrategy(n["NodeID"], soft=False))
-                .remote(step.argv_writing_to(output, rank, here)) for rank, n in enumerate(alive[:step.nodes])]
+        refs = [
+            task.options(scheduling_strategy=NodeAffinitySchedulingStrategy(n["NodeID"], soft=False)).remote(
+                step.argv_writing_to(output, rank, here)
+            )
+            for rank, n in enumerate(alive[: step.nodes])
+        ]
         return ray.get(refs)
     finally:
         ray.shutdown()  # the training that follows connects to the cluster as a driver of its own

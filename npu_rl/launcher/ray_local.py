@@ -14,8 +14,16 @@ from ..errors import UserError
 
 
 class LocalRayHead:
-    def __init__(self, *, port: int | None, num_cpus: int, npus: int, env: dict[str, str],
-                 startup_timeout: float = 120.0, inherit: bool = True):
+    def __init__(
+        self,
+        *,
+        port: int | None,
+        num_cpus: int,
+        npus: int,
+        env: dict[str, str],
+        startup_timeout: float = 120.0,
+        inherit: bool = True,
+    ):
         self.port = port or free_port()
         # Ray's client server defaults to port 10001 on every head; a second run on the
         # same machine would collide, so each run takes a free one. Workers too: every raylet hands
@@ -23,19 +31,26 @@ class LocalRayHead:
         # for them ("Failed to start the grpc server. The specified port is 10003"); with the range 0
         # the raylet passes no port and each worker binds one the OS picks (ray 2.46
         # src/ray/raylet/worker_pool.cc, WorkerPool::WorkerPool: free_ports_ only for a non-zero range).
-        extra = [f"--num-cpus={num_cpus}", f"--ray-client-server-port={free_port()}",
-                 "--min-worker-port=0", "--max-worker-port=0"]
+        extra = [
+            f"--num-cpus={num_cpus}",
+            f"--ray-client-server-port={free_port()}",
+            "--min-worker-port=0",
+            "--max-worker-port=0",
+        ]
         spec = NodeSpec(npus=npus, node_ip="127.0.0.1", dashboard=False, extra_args=extra)
         # inherit=False: ``env`` is the raylet's whole environment, not an addition to this process's.
-        self.node = RayNode(head_argv(spec, self.port), child_env(env) if inherit else dict(env),
-                            log=lambda line: print(f"npu-rl: {line}"))
+        self.node = RayNode(
+            head_argv(spec, self.port),
+            child_env(env) if inherit else dict(env),
+            log=lambda line: print(f"npu-rl: {line}"),
+        )
         self.startup_timeout = startup_timeout
 
     @property
     def address(self) -> str:
         return f"127.0.0.1:{self.port}"
 
-    def start(self) -> "LocalRayHead":
+    def start(self) -> LocalRayHead:
         self.node.start()
         if not self.node.wait_started(Deadline(self.startup_timeout)):
             code = self.node.stop()
@@ -45,7 +60,7 @@ class LocalRayHead:
     def stop(self) -> None:
         self.node.stop()
 
-    def __enter__(self) -> "LocalRayHead":
+    def __enter__(self) -> LocalRayHead:
         return self.start()
 
     def __exit__(self, *exc) -> None:

@@ -65,31 +65,38 @@ def run_rehearsal(recipe: Recipe, timeout: float = 300.0) -> Rehearsal:
     spec.log_dir.mkdir(parents=True, exist_ok=True)
     spec.rehearsal_report.unlink(missing_ok=True)
     log_file = spec.log_dir / "rehearsal.log"
-    print(f"npu-rl: rehearsing {recipe.name}: {spec.argv[2]} --config-name {spec.config_name} "
-          f"({len(spec.argv) - 5} overrides) on a local Ray without devices; log: {log_file}", flush=True)
+    print(
+        f"npu-rl: rehearsing {recipe.name}: {spec.argv[2]} --config-name {spec.config_name} "
+        f"({len(spec.argv) - 5} overrides) on a local Ray without devices; log: {log_file}",
+        flush=True,
+    )
     # A Ray of its own on 127.0.0.1 (never a live cluster, never a routed interface), as `npu-rl train` uses.
     # Its raylet gets none of the run's variables, as a pod's `npu-rl ray head|worker` has none: the
     # patches and the recipe's variables must reach every worker through the argv's runtime_env.
-    with LocalRayHead(port=None, num_cpus=2, npus=0, env=_without(os.environ, spec.env), inherit=False) as head, \
-            open(log_file, "w", encoding="utf-8") as log:
+    with (
+        LocalRayHead(port=None, num_cpus=2, npus=0, env=_without(os.environ, spec.env), inherit=False) as head,
+        open(log_file, "w", encoding="utf-8") as log,
+    ):
         env = {**os.environ, **spec.env, "RAY_ADDRESS": head.address}
         log.write(f"$ {shlex.join(spec.argv)}\n")
         log.flush()
-        proc = subprocess.Popen(list(spec.argv), env=env, stdout=log, stderr=subprocess.STDOUT,
-                                start_new_session=True)
+        proc = subprocess.Popen(list(spec.argv), env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
         try:
             proc.wait(timeout=timeout)
         except subprocess.TimeoutExpired:
-            raise UserError(f"rehearsal of {recipe.name} did not finish within {timeout:.0f}s (log: {log_file})",
-                            exit_code=1) from None
+            raise UserError(
+                f"rehearsal of {recipe.name} did not finish within {timeout:.0f}s (log: {log_file})", exit_code=1
+            ) from None
         finally:
             proctree.stop(proc, grace=10.0)
     try:
         report = json.loads(spec.rehearsal_report.read_text(encoding="utf-8"))
     except FileNotFoundError:
         why = _last_error(log_file.read_text(encoding="utf-8", errors="replace")) or "no error line"
-        raise UserError(f"rehearsal of {recipe.name} stopped in verl before the trainer was built: {why} "
-                        f"(log: {log_file})", exit_code=1) from None
+        raise UserError(
+            f"rehearsal of {recipe.name} stopped in verl before the trainer was built: {why} (log: {log_file})",
+            exit_code=1,
+        ) from None
     if not report.get("complete"):
         raise UserError(f"rehearsal of {recipe.name}: {report.get('error')} (log: {log_file})", exit_code=1)
     return Rehearsal(recipe.name, report["stopped_at"], report["checked"], report, log_file)

@@ -65,8 +65,10 @@ class LaunchSpec:
     notes: tuple[str, ...] = ()  # what the launch decided that a user should read (a damaged checkpoint)
 
     def dry_run_text(self) -> str:
-        lines = [f"# npu-rl launch of {self.recipe}: verl config {self.config_name}, patches "
-                 f"{','.join(self.patches) or 'none'}; every Ray worker gets the runtime_env env_vars in argv"]
+        lines = [
+            f"# npu-rl launch of {self.recipe}: verl config {self.config_name}, patches "
+            f"{','.join(self.patches) or 'none'}; every Ray worker gets the runtime_env env_vars in argv"
+        ]
         lines += [f"export {k}={shlex.quote(v)}" for k, v in sorted(self.env.items())]
         lines.append(" \\\n    ".join(shlex.quote(c) for c in self.argv))
         return "\n".join(lines)
@@ -76,7 +78,7 @@ def hydra_args(argv: Sequence[str]) -> tuple[str, list[str]]:
     """(config name, overrides) of a ``python -m verl.trainer.main_ppo`` argv, read as hydra reads it."""
     argv = list(argv)
     try:
-        rest = argv[argv.index(ENTRY_MODULE) + 1:]
+        rest = argv[argv.index(ENTRY_MODULE) + 1 :]
     except ValueError:
         raise ValueError(f"not a {ENTRY_MODULE} command: {shlex.join(argv)}") from None
     name, overrides, i = "ppo_trainer", [], 0  # main_ppo's @hydra.main default
@@ -121,11 +123,28 @@ def build_launch(recipe: Recipe, *, python: str | None = None, rehearse: bool = 
     env.update(env_for(patches))
     name = config_name(recipe)
     runtime = [f"{RUNTIME_ENV_PREFIX}{k}={quoted(v)}" for k, v in sorted(env.items())]
-    argv = (python or sys.executable, "-m", ENTRY_MODULE, "--config-name", name,
-            *build_overrides(recipe, resume_from, restart), *runtime)
-    return LaunchSpec(recipe=recipe.name, config_name=name, argv=argv, env=dict(env),
-                      patches=tuple(patches), start_step=start_step, log_dir=log_dir, attest_file=attest_file,
-                      consistency_file=consistency_file, rehearsal_report=report, notes=tuple(notes))
+    argv = (
+        python or sys.executable,
+        "-m",
+        ENTRY_MODULE,
+        "--config-name",
+        name,
+        *build_overrides(recipe, resume_from, restart),
+        *runtime,
+    )
+    return LaunchSpec(
+        recipe=recipe.name,
+        config_name=name,
+        argv=argv,
+        env=dict(env),
+        patches=tuple(patches),
+        start_step=start_step,
+        log_dir=log_dir,
+        attest_file=attest_file,
+        consistency_file=consistency_file,
+        rehearsal_report=report,
+        notes=tuple(notes),
+    )
 
 
 def _resume_point(recipe: Recipe) -> tuple[int | None, Path | None, bool, list[str]]:

@@ -57,14 +57,18 @@ def run_training(recipe: Recipe, *, ray_port: int | None = None) -> TrainResult:
         print(f"npu-rl: {note}", flush=True)
     total = recipe.algorithm.total_training_steps
     if total is not None and spec.start_step is not None and spec.start_step >= total:
-        print(f"npu-rl: {recipe.logging.experiment} already finished: global_step_{spec.start_step} reached "
-              f"total_training_steps {total}; nothing to train (raise algorithm.total_training_steps to go on)",
-              flush=True)
+        print(
+            f"npu-rl: {recipe.logging.experiment} already finished: global_step_{spec.start_step} reached "
+            f"total_training_steps {total}; nothing to train (raise algorithm.total_training_steps to go on)",
+            flush=True,
+        )
         return TrainResult(0, 0.0, spec.start_step, spec.start_step, spec.log_dir / "train.log")
     address = os.environ.get("RAY_ADDRESS")
     if not address and recipe.resources.nnodes > 1:
-        raise UserError(f"resources.nnodes is {recipe.resources.nnodes} but no cluster is given: bring one up with "
-                        "`npu-rl ray head --nodes N -- npu-rl train ...` and `npu-rl ray worker` (or set RAY_ADDRESS)")
+        raise UserError(
+            f"resources.nnodes is {recipe.resources.nnodes} but no cluster is given: bring one up with "
+            "`npu-rl ray head --nodes N -- npu-rl train ...` and `npu-rl ray worker` (or set RAY_ADDRESS)"
+        )
     check_launch(spec, recipe, ports=[ray_port] if ray_port else ())
     spec.log_dir.mkdir(parents=True, exist_ok=True)
     run_files.tensorboard_dir(recipe).mkdir(parents=True, exist_ok=True)
@@ -82,8 +86,11 @@ def run_training(recipe: Recipe, *, ray_port: int | None = None) -> TrainResult:
         with _cluster(address):
             if recipe.resources.nnodes > 1:
                 facts = check_cluster(run_files.checkpoint_root(recipe), exclude=set(spec.env))
-                print(f"npu-rl: {len(facts)} nodes agree on versions and variables and share "
-                      f"{run_files.checkpoint_root(recipe)}", flush=True)
+                print(
+                    f"npu-rl: {len(facts)} nodes agree on versions and variables and share "
+                    f"{run_files.checkpoint_root(recipe)}",
+                    flush=True,
+                )
             nodes = NodeWatch(lambda: clock.last_step).start()
             try:
                 code, error = _run(spec, {"RAY_ADDRESS": address}, log_file, clock)
@@ -102,8 +109,12 @@ def run_training(recipe: Recipe, *, ray_port: int | None = None) -> TrainResult:
         if res.platform != "cpu":
             npus, device_env = _select_npus(res.devices_per_node)
         # Ray's CPU count is logical: verl needs one slot per worker plus its TaskRunner.
-        head = LocalRayHead(port=ray_port, num_cpus=max(res.world_size + 2, os.cpu_count() or 1), npus=npus,
-                            env={**spec.env, **device_env})
+        head = LocalRayHead(
+            port=ray_port,
+            num_cpus=max(res.world_size + 2, os.cpu_count() or 1),
+            npus=npus,
+            env={**spec.env, **device_env},
+        )
         with head:
             code, error = _run(spec, {**device_env, "RAY_ADDRESS": head.address}, log_file, clock)
     if code not in (0, Exit.TERMINATED) and spec.consistency_file is not None:
@@ -127,8 +138,10 @@ def attestation_error(spec: LaunchSpec, training_started: bool) -> str | None:
         verdict = json.loads(spec.attest_file.read_text(encoding="utf-8"))
     except FileNotFoundError:
         if training_started:
-            return ("training started but no Ray worker reported its patches: the npu_rl patches did not reach "
-                    "verl's TaskRunner (is npu_rl installed on every node?)")
+            return (
+                "training started but no Ray worker reported its patches: the npu_rl patches did not reach "
+                "verl's TaskRunner (is npu_rl installed on every node?)"
+            )
         return None
     except ValueError:
         return f"unreadable worker report {spec.attest_file}"
@@ -141,8 +154,10 @@ def _cluster(address: str) -> Iterator[None]:
         session = connected(address, namespace="npu-rl-launcher")
         session.__enter__()
     except (ConnectionError, RuntimeError, TimeoutError) as err:  # no GCS there; no raylet on this node
-        raise UserError(f"cannot connect to the Ray cluster at RAY_ADDRESS={address}: {err}".splitlines()[0],
-                        exit_code=Exit.RAY_FAILED) from None
+        raise UserError(
+            f"cannot connect to the Ray cluster at RAY_ADDRESS={address}: {err}".splitlines()[0],
+            exit_code=Exit.RAY_FAILED,
+        ) from None
     try:
         yield
     finally:
@@ -167,15 +182,26 @@ def _run(spec: LaunchSpec, host_env: dict[str, str], log_file: Path, clock: Step
     with open(log_file, "a", encoding="utf-8") as log, proctree.signals_raise():
         log.write(f"\n$ {shlex.join(spec.argv)}\n")
         # Its own session: a terminal's Ctrl-C reaches npu-rl alone, which stops verl in order.
-        proc = subprocess.Popen(list(spec.argv), env=full_env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                                text=True, errors="replace", bufsize=1, start_new_session=True)
+        proc = subprocess.Popen(
+            list(spec.argv),
+            env=full_env,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+            errors="replace",
+            bufsize=1,
+            start_new_session=True,
+        )
         assert proc.stdout is not None
         clock.begin()
 
         def on_hang() -> None:
             out_dir = spec.log_dir / time.strftime("hang-%Y%m%d-%H%M%S")
-            print(f"npu-rl: {watchdog.tripped}; dumping the stacks of every process of the run to {out_dir}",
-                  file=sys.stderr, flush=True)
+            print(
+                f"npu-rl: {watchdog.tripped}; dumping the stacks of every process of the run to {out_dir}",
+                file=sys.stderr,
+                flush=True,
+            )
             try:
                 summary = dump_stacks(out_dir, proc.pid, host_env.get("RAY_ADDRESS"), clock.spec.dump_timeout_s)
                 hang["error"] = hang_message(watchdog.tripped or "", summary, out_dir)

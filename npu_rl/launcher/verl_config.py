@@ -95,9 +95,8 @@ def compose_verl_config(overrides: list[str], config_name: str = "ppo_trainer"):
 
 def validate_with_verl(cfg) -> None:
     """verl's own batch/parallelism validation (the assertions main_ppo runs)."""
-    from verl.utils.config import validate_config
-
     from hydra.errors import InstantiationException
+    from verl.utils.config import validate_config
 
     use_ref = bool(cfg.actor_rollout_ref.actor.use_kl_loss or cfg.algorithm.use_kl_in_reward)
     use_critic = cfg.algorithm.adv_estimator == "gae"

@@ -28,8 +28,9 @@ from ..recipe.schema import WatchdogSpec
 class StepClock:
     """The steps a run completed and the allowance for the next one."""
 
-    def __init__(self, spec: WatchdogSpec, now: Callable[[], float] = time.monotonic,
-                 heavy_every: tuple[int, ...] = ()):
+    def __init__(
+        self, spec: WatchdogSpec, now: Callable[[], float] = time.monotonic, heavy_every: tuple[int, ...] = ()
+    ):
         self.spec = spec
         self.now = now
         self.heavy_every = tuple(f for f in heavy_every if f > 0)  # save_freq, test_freq: steps that do more
@@ -74,12 +75,18 @@ class StepClock:
         waited, allowed = self.waited(), self.allowance()
         if self.last_step is None:
             return f"no training step completed in {waited:.0f}s (first-step allowance {allowed:.0f}s)"
-        rule = (f"max(floor {self.spec.floor_s:.0f}s, {self.spec.stall_factor:g} x median step "
-                f"{statistics.median(self.intervals):.1f}s)" if self.intervals else "the floor")
+        rule = (
+            f"max(floor {self.spec.floor_s:.0f}s, {self.spec.stall_factor:g} x median step "
+            f"{statistics.median(self.intervals):.1f}s)"
+            if self.intervals
+            else "the floor"
+        )
         if self._extra():
             rule += f" + {self._extra():.0f}s for a step that validates or saves"
-        return (f"step {self.last_step + 1} did not complete in {waited:.0f}s after step {self.last_step} "
-                f"(allowance {allowed:.0f}s = {rule})")
+        return (
+            f"step {self.last_step + 1} did not complete in {waited:.0f}s after step {self.last_step} "
+            f"(allowance {allowed:.0f}s = {rule})"
+        )
 
 
 class Watchdog:
@@ -93,7 +100,7 @@ class Watchdog:
         self._done = threading.Event()
         self._thread = threading.Thread(target=self._watch, name="npu-rl-watchdog", daemon=True)
 
-    def __enter__(self) -> "Watchdog":
+    def __enter__(self) -> Watchdog:
         if self.clock.spec.enabled:
             self._thread.start()
         return self
@@ -116,8 +123,17 @@ class Watchdog:
 
 def dump_stacks(out_dir: Path, driver_pid: int, ray_address: str | None, timeout: float) -> dict:
     """Run the stack collector with a deadline; its summary, or what went wrong."""
-    cmd = [sys.executable, "-m", "npu_rl.cluster.stacks", "--out", str(out_dir), "--pid", str(driver_pid),
-           "--timeout", str(timeout)]
+    cmd = [
+        sys.executable,
+        "-m",
+        "npu_rl.cluster.stacks",
+        "--out",
+        str(out_dir),
+        "--pid",
+        str(driver_pid),
+        "--timeout",
+        str(timeout),
+    ]
     if ray_address:
         cmd += ["--address", ray_address]
     deadline = (NODE_TIMEOUT_FACTOR + 2) * timeout + 30  # the driver's dump, ray.init, the nodes', writing
@@ -138,5 +154,7 @@ def dump_stacks(out_dir: Path, driver_pid: int, ray_address: str | None, timeout
 def hang_message(stall: str, summary: dict, out_dir: Path) -> str:
     named = summary.get("suspects") or []
     who = "; ".join(named[:6]) + (f"; and {len(named) - 6} more" if len(named) > 6 else "")
-    return (f"run hung: {stall}; {'suspects: ' + who if who else 'every process answered, none stands out'}; "
-            f"stacks of {summary.get('processes', 0)} processes in {out_dir}; the run was stopped")
+    return (
+        f"run hung: {stall}; {'suspects: ' + who if who else 'every process answered, none stands out'}; "
+        f"stacks of {summary.get('processes', 0)} processes in {out_dir}; the run was stopped"
+    )

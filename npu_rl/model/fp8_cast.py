@@ -31,8 +31,20 @@ SCALE_SUFFIX = "_scale_inv"
 BLOCK = 128
 TMP_SUFFIX = ".tmp"
 # Bytes per element of safetensors' dtype names (for the index's total_size).
-ITEMSIZE = {"F64": 8, "I64": 8, "F32": 4, "I32": 4, "BF16": 2, "F16": 2, "I16": 2, "U8": 1, "I8": 1, "BOOL": 1,
-            "F8_E4M3": 1, "F8_E5M2": 1}
+ITEMSIZE = {
+    "F64": 8,
+    "I64": 8,
+    "F32": 4,
+    "I32": 4,
+    "BF16": 2,
+    "F16": 2,
+    "I16": 2,
+    "U8": 1,
+    "I8": 1,
+    "BOOL": 1,
+    "F8_E4M3": 1,
+    "F8_E5M2": 1,
+}
 
 
 def dequantize(weight, scale_inv, block: tuple[int, int] = (BLOCK, BLOCK)):
@@ -43,8 +55,10 @@ def dequantize(weight, scale_inv, block: tuple[int, int] = (BLOCK, BLOCK)):
     br, bc = block
     want = (-(-rows // br), -(-cols // bc))
     if tuple(scale_inv.shape) != want:
-        raise UserError(f"scale of shape {tuple(scale_inv.shape)} does not match a {rows}x{cols} weight in "
-                        f"{br}x{bc} blocks (expected {want})")
+        raise UserError(
+            f"scale of shape {tuple(scale_inv.shape)} does not match a {rows}x{cols} weight in "
+            f"{br}x{bc} blocks (expected {want})"
+        )
     scale = scale_inv.to(torch.float32)
     scale = scale.repeat_interleave(br, dim=0)[:rows].repeat_interleave(bc, dim=1)[:, :cols]
     return (weight.to(torch.float32) * scale).to(torch.bfloat16)
@@ -96,8 +110,9 @@ class _Shards:
         self._open.clear()
 
 
-def cast_shard(src: Path, shard: str, names: list[str], weight_map: dict[str, str], shards: _Shards,
-               block: tuple[int, int]) -> dict:
+def cast_shard(
+    src: Path, shard: str, names: list[str], weight_map: dict[str, str], shards: _Shards, block: tuple[int, int]
+) -> dict:
     """The BF16 tensors of one source shard (scales dropped, FP8 weights dequantised)."""
     import torch
 
@@ -180,8 +195,14 @@ def cast_checkpoint(src: Path, dst: Path, show_progress: bool = True) -> dict[st
         TimeElapsedColumn,
     )
 
-    with Progress(TextColumn("fp8 -> bf16"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
-                  TextColumn("{task.description}"), disable=not show_progress) as bar:
+    with Progress(
+        TextColumn("fp8 -> bf16"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TimeElapsedColumn(),
+        TextColumn("{task.description}"),
+        disable=not show_progress,
+    ) as bar:
         task = bar.add_task("", total=len(by_shard))
         for shard in sorted(by_shard):
             if (dst / shard).is_file():
@@ -200,6 +221,5 @@ def cast_checkpoint(src: Path, dst: Path, show_progress: bool = True) -> dict[st
     shards.close()
     _write_index(dst, weight_map)
     copy_hf_side_files(src, dst)
-    print(f"fp8 -> bf16: {dst} ({counts['written']} shard(s) written, {counts['skipped']} already there)",
-          flush=True)
+    print(f"fp8 -> bf16: {dst} ({counts['written']} shard(s) written, {counts['skipped']} already there)", flush=True)
     return counts

@@ -67,8 +67,17 @@ def build_examples(tokenizer, rows: list[dict], prompt_suffix: str) -> list[dict
     return examples
 
 
-def warm_start(model_dir: Path, rows: list[dict], *, steps: int = 1000, batch_size: int = 16, lr: float = 3e-3,
-               sign_error: float = SIGN_ERROR, format_error: float = FORMAT_ERROR, seed: int = 0) -> float:
+def warm_start(
+    model_dir: Path,
+    rows: list[dict],
+    *,
+    steps: int = 1000,
+    batch_size: int = 16,
+    lr: float = 3e-3,
+    sign_error: float = SIGN_ERROR,
+    format_error: float = FORMAT_ERROR,
+    seed: int = 0,
+) -> float:
     """Teacher-force the fallible teacher's answers into ``model_dir`` in place; returns the final loss."""
     for name, p in (("sign_error", sign_error), ("format_error", format_error)):
         if not 0.0 <= p <= 1.0:

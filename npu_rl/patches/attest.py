@@ -65,8 +65,15 @@ def report(_actor: object = None) -> dict:
         node_id = ray.get_runtime_context().get_node_id()
     except Exception:  # not inside a connected Ray process
         pass
-    return {"pid": os.getpid(), "host": socket.gethostname(), "node_ip": node_ip, "node_id": node_id,
-            "patches": installed(), "applied": applied(), "selected": os.environ.get("NPU_RL_PATCHES", "")}
+    return {
+        "pid": os.getpid(),
+        "host": socket.gethostname(),
+        "node_ip": node_ip,
+        "node_id": node_id,
+        "patches": installed(),
+        "applied": applied(),
+        "selected": os.environ.get("NPU_RL_PATCHES", ""),
+    }
 
 
 def attest(trainer: Any) -> dict:
@@ -93,10 +100,19 @@ def attest(trainer: Any) -> dict:
     elif lacking:
         w = lacking[0]
         missing = ", ".join(sorted(set(want) - set(w["patches"])))
-        error = (f"patch(es) {missing} not active in {len(lacking)} of {len(workers)} Ray workers "
-                 f"(e.g. pid {w['pid']} on {w['node_ip'] or w['host']}); the run was stopped before training")
+        error = (
+            f"patch(es) {missing} not active in {len(lacking)} of {len(workers)} Ray workers "
+            f"(e.g. pid {w['pid']} on {w['node_ip'] or w['host']}); the run was stopped before training"
+        )
     elif idle:
-        error = (f"patch(es) {', '.join(idle)} installed but applied to none of verl's code in the trainer and "
-                 f"{len(workers)} Ray workers; the run was stopped before training")
-    return {"expected": want, "trainer": me, "workers": workers,
-            "nodes": sorted({w["node_id"] or w["host"] for w in workers}), "error": error}
+        error = (
+            f"patch(es) {', '.join(idle)} installed but applied to none of verl's code in the trainer and "
+            f"{len(workers)} Ray workers; the run was stopped before training"
+        )
+    return {
+        "expected": want,
+        "trainer": me,
+        "workers": workers,
+        "nodes": sorted({w["node_id"] or w["host"] for w in workers}),
+        "error": error,
+    }

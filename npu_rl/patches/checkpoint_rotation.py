@@ -90,7 +90,10 @@ def _patch_trainer(original):
             return
         removed = rotate_after_save(Path(self.config.trainer.default_local_dir), self.global_steps, keep)
         if removed:
-            print(f"npu-rl: global_step_{self.global_steps} is complete; removed "
-                  f"{', '.join(f'global_step_{s}' for s in removed)} (max_actor_ckpt_to_keep {keep})", flush=True)
+            print(
+                f"npu-rl: global_step_{self.global_steps} is complete; removed "
+                f"{', '.join(f'global_step_{s}' for s in removed)} (max_actor_ckpt_to_keep {keep})",
+                flush=True,
+            )
 
     return _save_checkpoint

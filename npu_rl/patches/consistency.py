@@ -75,7 +75,7 @@ class Gate:
         return step == first or (self.every > 0 and step % self.every == 0)
 
     @classmethod
-    def from_env(cls, environ=os.environ) -> "Gate | None":
+    def from_env(cls, environ=os.environ) -> Gate | None:
         raw = environ.get(ENV)
         return cls(**json.loads(raw)) if raw else None
 
@@ -106,8 +106,11 @@ def probs_diff_mean(batch: Any, old_log_probs: Any) -> float:
     from verl import DataProto
     from verl.utils.debug.metrics import calculate_debug_metrics
 
-    tensors = {"rollout_log_probs": batch.batch["rollout_log_probs"], "old_log_probs": old_log_probs,
-               "responses": batch.batch["responses"]}
+    tensors = {
+        "rollout_log_probs": batch.batch["rollout_log_probs"],
+        "old_log_probs": old_log_probs,
+        "responses": batch.batch["responses"],
+    }
     mask = "response_mask" if "response_mask" in batch.batch.keys() else "attention_mask"
     tensors[mask] = batch.batch[mask]
     return float(calculate_debug_metrics(DataProto.from_dict(tensors=tensors))[METRIC])
@@ -127,8 +130,10 @@ def gated(trainer: Any, real, current, gate: Gate, verdicts: Verdicts, path: str
                 batch.batch.pop("rollout_log_probs", None)
             return current(batch)
         if "rollout_log_probs" not in batch.batch.keys():
-            verdicts.error = (f"consistency gate at step {step}: the rollout returned no log-probs "
-                              "(actor_rollout_ref.rollout.calculate_log_probs is not honoured by this rollout)")
+            verdicts.error = (
+                f"consistency gate at step {step}: the rollout returned no log-probs "
+                "(actor_rollout_ref.rollout.calculate_log_probs is not honoured by this rollout)"
+            )
             verdicts.write(path)
             raise ConsistencyError(verdicts.error)
         batch.meta_info[TEMPERATURE] = ROLLOUT_LOG_PROB_TEMPERATURE
@@ -142,10 +147,12 @@ def gated(trainer: Any, real, current, gate: Gate, verdicts: Verdicts, path: str
         ok = diff <= gate.max_probs_diff_mean  # NaN fails too
         verdicts.steps.append({"step": step, "probs_diff_mean": diff, "ok": ok})
         if not ok:
-            verdicts.error = (f"consistency gate at step {step}: the rollout's token probabilities differ from the "
-                              f"trainer's by {diff:.4g} on average ({METRIC}; limit {gate.max_probs_diff_mean:g}), "
-                              "so the rollout samples from another policy than the one trained (a broken weight sync?); "
-                              "stopped before the optimizer step")
+            verdicts.error = (
+                f"consistency gate at step {step}: the rollout's token probabilities differ from the "
+                f"trainer's by {diff:.4g} on average ({METRIC}; limit {gate.max_probs_diff_mean:g}), "
+                "so the rollout samples from another policy than the one trained (a broken weight sync?); "
+                "stopped before the optimizer step"
+            )
         verdicts.write(path)
         if not ok:
             raise ConsistencyError(verdicts.error)

@@ -106,8 +106,9 @@ WORKER_SLOT = "NPU"
 def _patch_resource_pool(original):
     def get_placement_groups(self, strategy="STRICT_PACK", name=None, device_name="cuda"):
         # verl names the bundle's device resource after trainer.device; "cpu" is no Ray resource.
-        return original(self, strategy=strategy, name=name,
-                        device_name=WORKER_SLOT if device_name == "cpu" else device_name)
+        return original(
+            self, strategy=strategy, name=name, device_name=WORKER_SLOT if device_name == "cpu" else device_name
+        )
 
     return get_placement_groups
 

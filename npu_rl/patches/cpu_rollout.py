@@ -27,7 +27,7 @@ import contextlib
 import functools
 import os
 import types
-from typing import Generator
+from collections.abc import Generator
 
 import torch
 from verl import DataProto
@@ -87,7 +87,9 @@ class CPURollout(HFRollout):
 
         path = self.model_config.local_path or self.model_config.path
         self.module = AutoModelForCausalLM.from_pretrained(
-            path, torch_dtype=torch.float32, attn_implementation="eager",
+            path,
+            torch_dtype=torch.float32,
+            attn_implementation="eager",
             trust_remote_code=self.model_config.trust_remote_code,
         )
         self.module.eval()
@@ -128,8 +130,11 @@ class CPURollout(HFRollout):
         responses = out.batch["responses"]
         n = responses.size(1)
         with autocast_in(self.dtype):
-            logits = self.module(input_ids=out.batch["input_ids"], attention_mask=out.batch["attention_mask"],
-                                 position_ids=out.batch["position_ids"]).logits
+            logits = self.module(
+                input_ids=out.batch["input_ids"],
+                attention_mask=out.batch["attention_mask"],
+                position_ids=out.batch["position_ids"],
+            ).logits
         logits = logits[:, -n - 1 : -1].float()  # the logits that predicted each response token
         picked = torch.log_softmax(logits, dim=-1).gather(-1, responses.unsqueeze(-1)).squeeze(-1)
         return picked * out.batch["attention_mask"][:, -n:].to(picked.dtype)  # 0 after the end of a response

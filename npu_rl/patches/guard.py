@@ -11,9 +11,9 @@ import ast
 import functools
 import hashlib
 import importlib.util
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Callable
-
+from typing import Any
 
 # verl modules that several patches change or fingerprint.
 RAY_TRAINER = "verl.trainer.ppo.ray_trainer"
@@ -77,8 +77,12 @@ def static_source(path: Path, qualname: str) -> str:
     node: ast.AST | None = None
     for part in qualname.split("."):
         node = next(
-            (n for parent in nodes for n in getattr(parent, "body", [])
-             if isinstance(n, (ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef)) and n.name == part),
+            (
+                n
+                for parent in nodes
+                for n in getattr(parent, "body", [])
+                if isinstance(n, (ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef)) and n.name == part
+            ),
             None,
         )
         if node is None:
@@ -94,7 +98,9 @@ def fingerprint(target: str, path: Path | None = None) -> str:
     return hashlib.sha256(source.encode()).hexdigest()[:16]
 
 
-def changed_fingerprints(fingerprints: dict[str, str], paths: dict[str, Path] | None = None) -> dict[str, tuple[str, str]]:
+def changed_fingerprints(
+    fingerprints: dict[str, str], paths: dict[str, Path] | None = None
+) -> dict[str, tuple[str, str]]:
     """Targets whose source no longer matches: {target: (expected, actual)}.
 
     ``paths`` maps a module name to the file to read instead (an imported module's
@@ -121,8 +127,9 @@ def require_unchanged(patch_name: str, fingerprints: dict[str, str], paths: dict
         )
 
 
-def require_module_unchanged(patch_name: str, fingerprints: dict[str, str], module_name: str,
-                             path: Path | None = None) -> None:
+def require_module_unchanged(
+    patch_name: str, fingerprints: dict[str, str], module_name: str, path: Path | None = None
+) -> None:
     """``require_unchanged`` for the fingerprints of one module (``"<module>:<qualname>"`` keys), checked
     when that module is imported: ``path`` is its file, or it is located without importing it."""
     mine = {t: fp for t, fp in fingerprints.items() if t.startswith(module_name + ":")}

@@ -12,7 +12,7 @@ import importlib.abc
 import importlib.util
 import sys
 import threading
-from typing import Callable
+from collections.abc import Callable
 
 PatchFn = Callable[[object], None]
 

@@ -67,6 +67,7 @@ _config_classes: dict[str, type] = {}
 class OldLogProbConfigError(ValueError):
     """A configuration where skipping the old_log_prob pass would not be exact."""
 
+
 PATCH = Patch(PATCH_NAME, FINGERPRINTS)
 
 
@@ -93,7 +94,9 @@ def __getattr__(name: str) -> type:
         import verl.workers.config as verl_configs
 
         _config_classes[name] = dataclasses.make_dataclass(
-            name, [(KEY, bool, dataclasses.field(default=True))], bases=(getattr(verl_configs, name),),
+            name,
+            [(KEY, bool, dataclasses.field(default=True))],
+            bases=(getattr(verl_configs, name),),
             namespace={"__module__": __name__, "__qualname__": name},
         )
     return _config_classes[name]
@@ -129,8 +132,10 @@ def check_config(config: Any) -> None:
         problems.append("algorithm.rollout_correction.bypass_mode=True")
     if config.actor_rollout_ref.rollout.get("calculate_log_probs", False) and not gated(config):
         # verl compares them with old_log_probs every step; the consistency gate only where the pass runs.
-        problems.append("actor_rollout_ref.rollout.calculate_log_probs=True (compared with old_log_probs) without "
-                        "the consistency gate")
+        problems.append(
+            "actor_rollout_ref.rollout.calculate_log_probs=True (compared with old_log_probs) without "
+            "the consistency gate"
+        )
     if config.trainer.get("critic_warmup", 0):
         problems.append(f"trainer.critic_warmup={config.trainer.critic_warmup} (steps without an actor update)")
     if problems:
@@ -162,8 +167,9 @@ def skipped_log_prob(batch: Any, temperature: float) -> Any:
     from verl import DataProto
 
     nan = torch.full(batch.batch["responses"].shape, float("nan"), dtype=torch.float32)
-    return DataProto.from_dict(tensors={"old_log_probs": nan, "entropys": nan.clone()},
-                               meta_info={"temperature": temperature})
+    return DataProto.from_dict(
+        tensors={"old_log_probs": nan, "entropys": nan.clone()}, meta_info={"temperature": temperature}
+    )
 
 
 def entropy_metric(metrics: dict, loss_agg_mode: str) -> float:
@@ -209,7 +215,8 @@ def patch_ray_trainer(module: Any) -> None:
         wg = self.actor_rollout_wg
         setattr(wg, REAL_PASS, wg.compute_log_prob)  # the consistency gate runs it on its steps
         wg.compute_log_prob = functools.partial(
-            skipped_log_prob, temperature=self.config.actor_rollout_ref.rollout.temperature)
+            skipped_log_prob, temperature=self.config.actor_rollout_ref.rollout.temperature
+        )
         wg.update_actor = _with_entropy(wg.update_actor, self.config.actor_rollout_ref.actor.loss_agg_mode)
         _skipping.set(True)
 

@@ -34,8 +34,10 @@ from .guard import RAY_BASE, RAY_TRAINER, Patch
 PATCH_NAME = "rehearse"
 REPORT_ENV = "NPU_RL_REHEARSE_REPORT"
 NODES_ENV = "NPU_RL_REHEARSE_NODES"
-STOPPED_AT = ("ResourcePoolManager.create_resource_pool, the first step of RayPPOTrainer.init_workers: "
-              "no placement group reserved, no worker started")
+STOPPED_AT = (
+    "ResourcePoolManager.create_resource_pool, the first step of RayPPOTrainer.init_workers: "
+    "no placement group reserved, no worker started"
+)
 
 # What the rehearsal wraps, replaces or relies on: the trainer's construction, the pool creation it
 # stops at, the bundle scheme it records, and TaskRunner.run's order (everything before the stop runs).
@@ -74,8 +76,15 @@ def patch_ray_trainer(module: Any) -> None:
         plan = _placement_plan(self, build_pools, trainer)
         checked.append(f"placement: {plan['summary']}")
         checked += _worker_configs(trainer.config)
-        _write({"complete": plan["error"] is None, "stopped_at": STOPPED_AT, "checked": checked, "plan": plan,
-                "error": plan["error"]})
+        _write(
+            {
+                "complete": plan["error"] is None,
+                "stopped_at": STOPPED_AT,
+                "checked": checked,
+                "plan": plan,
+                "error": plan["error"],
+            }
+        )
         raise RehearsalComplete(plan["error"] or STOPPED_AT)
 
     trainer_cls.__init__ = __init__
@@ -160,15 +169,20 @@ def pack(requested: list[dict], nodes: list[dict]) -> dict:
         if node is None:
             want = ", ".join(f"{k}:{v:g}" for k, v in need.items()) or "CPU only"
             have = sorted({json.dumps(n, sort_keys=True) for n in nodes})
-            return {"error": f"placement group {i} ({len(pg['bundles'])} bundles, {want}) fits on no node of the "
-                             f"cluster ({len(nodes)} nodes registering {', '.join(have) or 'nothing'})",
-                    "summary": "does not fit", "placed": placed}
+            return {
+                "error": f"placement group {i} ({len(pg['bundles'])} bundles, {want}) fits on no node of the "
+                f"cluster ({len(nodes)} nodes registering {', '.join(have) or 'nothing'})",
+                "summary": "does not fit",
+                "placed": placed,
+            }
         for k, v in need.items():
             free[node][k] -= v
         placed.append(node)
     bundles = sorted({json.dumps(b, sort_keys=True) for pg in requested for b in pg["bundles"]})
-    summary = (f"{len(requested)} placement group(s) of {[len(pg['bundles']) for pg in requested]} bundles "
-               f"{', '.join(bundles)} fit on {len(set(placed))} of {len(nodes)} nodes")
+    summary = (
+        f"{len(requested)} placement group(s) of {[len(pg['bundles']) for pg in requested]} bundles "
+        f"{', '.join(bundles)} fit on {len(set(placed))} of {len(nodes)} nodes"
+    )
     return {"error": None, "summary": summary, "placed": placed}
 
 
@@ -185,4 +199,5 @@ def _worker_configs(cfg: Any) -> list[str]:
     model = built[0].hf_config
     return [f"worker config {type(b).__name__} built" for b in built] + [
         f"model config {type(model).__name__} ({getattr(model, 'num_hidden_layers', '?')} layers) read from "
-        f"{arr.model.path}"]
+        f"{arr.model.path}"
+    ]

@@ -87,7 +87,10 @@ def build_request(worker: Any, actor_module: list, hf_config: Any, tf_config: An
         raise PatchVersionError("reshard does not support virtual pipeline stages")
     shapes = shapes_from_hf_config(hf_config)
     train = TrainLayout(
-        info["world"], tp=info["tp"], pp=info["pp"], ep=info["ep"],
+        info["world"],
+        tp=info["tp"],
+        pp=info["pp"],
+        ep=info["ep"],
         layers_per_stage=_stage_sizes(shapes.num_layers, info["pp"], tf_config),
     )
     mine = train.coords(info["rank"])

@@ -16,7 +16,6 @@ patch wraps that name and adds each part's mean over the step's samples.
 
 from __future__ import annotations
 
-
 import numpy as np
 
 from .guard import METRIC_UTILS, RAY_TRAINER, Patch

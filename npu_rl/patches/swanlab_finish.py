@@ -66,8 +66,7 @@ def _close_new(before: set[int], error: BaseException | None = None) -> None:
             close(tracker, error)
         except Exception as err:  # noqa: BLE001 - as Python treats an error in __del__: said, not raised
             # A backend that fails to close must neither fail a finished run nor hide fit's own error.
-            print(f"npu-rl: could not close verl's tracker: {type(err).__name__}: {err}", file=sys.stderr,
-                  flush=True)
+            print(f"npu-rl: could not close verl's tracker: {type(err).__name__}: {err}", file=sys.stderr, flush=True)
 
 
 @PATCH.wrap(RAY_TRAINER, "RayPPOTrainer.fit", also=(TRACKING,))

@@ -189,8 +189,10 @@ def _plain_engine_kwargs(config: Any) -> None:
     vllm_kwargs = kwargs["vllm"]
     if isinstance(vllm_kwargs, (DictConfig, ListConfig)):
         vllm_kwargs = OmegaConf.to_container(vllm_kwargs, resolve=True)
-    plain = {k: OmegaConf.to_container(v, resolve=True) if isinstance(v, (DictConfig, ListConfig)) else v
-             for k, v in dict(vllm_kwargs).items()}
+    plain = {
+        k: OmegaConf.to_container(v, resolve=True) if isinstance(v, (DictConfig, ListConfig)) else v
+        for k, v in dict(vllm_kwargs).items()
+    }
     try:
         kwargs["vllm"] = plain
     except Exception:  # a read-only node: leave verl's view as it is

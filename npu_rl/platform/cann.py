@@ -14,8 +14,8 @@ import platform
 import shlex
 import subprocess
 import sys
+from collections.abc import Callable
 from pathlib import Path
-from typing import Callable, Dict, List, Optional
 
 DEFAULT_ROOT = "/usr/local/Ascend"
 DOWNLOAD_URL = "https://www.hiascend.com/developer/download/community/result?module=cann"
@@ -45,9 +45,9 @@ def ascend_root() -> Path:
     return Path(os.environ.get("ASCEND_INSTALL_ROOT", DEFAULT_ROOT))
 
 
-def read_kv(path: Path) -> Dict[str, str]:
+def read_kv(path: Path) -> dict[str, str]:
     """``key=value`` lines (the format of CANN's *install.info and the driver's version.info)."""
-    out: Dict[str, str] = {}
+    out: dict[str, str] = {}
     try:
         text = path.read_text(encoding="utf-8", errors="replace")
     except OSError:
@@ -59,7 +59,7 @@ def read_kv(path: Path) -> Dict[str, str]:
     return out
 
 
-def toolkit_version(root: Path) -> Optional[str]:
+def toolkit_version(root: Path) -> str | None:
     """Version of the CANN toolkit that ``ascend-toolkit/latest`` points at, or None."""
     latest = root / "ascend-toolkit" / "latest"
     for info in sorted(latest.glob("*/ascend_toolkit_install.info")):
@@ -69,7 +69,7 @@ def toolkit_version(root: Path) -> Optional[str]:
     return None
 
 
-def driver_version(root: Path) -> Optional[str]:
+def driver_version(root: Path) -> str | None:
     info = read_kv(root / "driver" / "version.info")
     return info.get("version") or info.get("package_version")
 
@@ -86,11 +86,11 @@ def nnal_installed(root: Path) -> bool:
     return (root / "nnal" / "atb" / "set_env.sh").is_file()
 
 
-def same_version(a: Optional[str], b: str) -> bool:
+def same_version(a: str | None, b: str) -> bool:
     return a is not None and a.strip().lower() == b.strip().lower()
 
 
-def package_files(version: str, chip: str, arch: Optional[str] = None) -> Dict[str, str]:
+def package_files(version: str, chip: str, arch: str | None = None) -> dict[str, str]:
     arch = arch or platform.machine()
     fmt = {"version": version, "arch": arch}
     return {
@@ -100,7 +100,7 @@ def package_files(version: str, chip: str, arch: Optional[str] = None) -> Dict[s
     }
 
 
-def plan(root: Path, version: str, chip: str) -> List[str]:
+def plan(root: Path, version: str, chip: str) -> list[str]:
     """Components to install so that ``root`` holds CANN ``version`` for ``chip``.
 
     A new toolkit brings its own (empty) operator and NNAL trees, so replacing
@@ -118,16 +118,16 @@ def plan(root: Path, version: str, chip: str) -> List[str]:
     return needed
 
 
-Runner = Callable[[List[str]], int]
+Runner = Callable[[list[str]], int]
 
 
-def _run(cmd: List[str]) -> int:
+def _run(cmd: list[str]) -> int:
     return subprocess.call(cmd)
 
 
 def ensure(
-    root: Path, version: str, chip: str, packages: Path, arch: Optional[str] = None, run: Runner = _run
-) -> List[str]:
+    root: Path, version: str, chip: str, packages: Path, arch: str | None = None, run: Runner = _run
+) -> list[str]:
     """Install the missing components from the user's ``.run`` packages; returns what was installed."""
     needed = plan(root, version, chip)
     if not needed:
@@ -157,7 +157,7 @@ def ensure(
     return needed
 
 
-def main(argv: Optional[List[str]] = None) -> int:
+def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description="Check or install CANN for an image build.")
     sub = parser.add_subparsers(dest="cmd", required=True)
     e = sub.add_parser("ensure", help="install missing CANN components from .run packages")

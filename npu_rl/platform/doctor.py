@@ -9,11 +9,12 @@ from __future__ import annotations
 
 import os
 import shutil
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from functools import cached_property
 from importlib import metadata
 from pathlib import Path
-from typing import Callable, Literal
+from typing import Literal
 
 from .. import versions
 from ..errors import UserError
@@ -97,8 +98,10 @@ def _stand_in() -> str | None:
     return os.environ.get(cann.STAND_IN_MARKER) or None
 
 
-STAND_IN_FIX = ("this image is built on the stand-in base and can only rehearse (`npu-rl train --rehearse`); "
-                "build on the Ascend base image to train")
+STAND_IN_FIX = (
+    "this image is built on the stand-in base and can only rehearse (`npu-rl train --rehearse`); "
+    "build on the Ascend base image to train"
+)
 
 
 def check_verl(ctx: Context) -> CheckResult:
@@ -169,8 +172,12 @@ def check_devices(ctx: Context) -> CheckResult:
 
 def check_hbm(ctx: Context) -> CheckResult:
     if ctx.smi is None:
-        return CheckResult("HBM", "warn", "npu-smi not available; HBM not checked",
-                           f"mount {devices.HOST_MOUNTS[2]} and {devices.HOST_MOUNTS[1]} read-only")
+        return CheckResult(
+            "HBM",
+            "warn",
+            "npu-smi not available; HBM not checked",
+            f"mount {devices.HOST_MOUNTS[2]} and {devices.HOST_MOUNTS[1]} read-only",
+        )
     try:
         chosen = devices.select(ctx.found, ctx.devices_needed, ctx.host.device_spec)
     except UserError:
@@ -207,8 +214,12 @@ def check_shm(ctx: Context) -> CheckResult:
     if total < need:
         # Ray falls back to /tmp for its object store: fatal for NPU-sized batches, only slower on CPU.
         status: Status = "fail" if ctx.npu else "warn"
-        return CheckResult("shm", status, f"{ctx.host.shm_path} is {gib(total)}, Ray wants {gib(need)}",
-                           "give the container more shared memory (docker run --shm-size=64g, compose SHM_SIZE)")
+        return CheckResult(
+            "shm",
+            status,
+            f"{ctx.host.shm_path} is {gib(total)}, Ray wants {gib(need)}",
+            "give the container more shared memory (docker run --shm-size=64g, compose SHM_SIZE)",
+        )
     return ok("shm", gib(total))
 
 

@@ -72,8 +72,9 @@ def entries(model: type[BaseModel] = Recipe, recipe: Any = _UNSET, prefix: str =
         name = f"{prefix}{key}"
         value = recipe.get(key, _UNSET) if isinstance(recipe, dict) else _UNSET
         nested = _models(field.annotation)
-        yield Entry(name, depth, type_name(field.annotation), _default(field), field.description or "",
-                    bool(nested), value)
+        yield Entry(
+            name, depth, type_name(field.annotation), _default(field), field.description or "", bool(nested), value
+        )
         for sub in nested:
             yield from entries(sub, value if isinstance(value, dict) else _UNSET, f"{name}.", depth + 1)
 

@@ -42,8 +42,10 @@ class Strict(BaseModel):
 class ModelSpec(Strict):
     """The policy model: its weights, tokenizer and how verl loads it."""
 
-    path: str = Field(description="Local directory with the HF weights (relative to the workspace) "
-                      "-> verl `actor_rollout_ref.model.path`")
+    path: str = Field(
+        description="Local directory with the HF weights (relative to the workspace) "
+        "-> verl `actor_rollout_ref.model.path`"
+    )
     hub_id: str | None = Field(None, description="Hub repo id used by `npu-rl model fetch`; npu-rl only")
     tokenizer_config: str | None = Field(
         None,
@@ -51,16 +53,21 @@ class ModelSpec(Strict):
         "relative to configs/ or absolute; npu-rl only (applied by `npu-rl model fetch` / prepare / eval)",
     )
     enable_gradient_checkpointing: bool = Field(
-        True, description="Activation checkpointing -> verl `actor_rollout_ref.model.enable_gradient_checkpointing` "
-        "(fsdp); megatron: switches actor.recompute on")
+        True,
+        description="Activation checkpointing -> verl `actor_rollout_ref.model.enable_gradient_checkpointing` "
+        "(fsdp); megatron: switches actor.recompute on",
+    )
     use_remove_padding: bool = Field(
-        False, description="Pack sequences without padding tokens -> verl `actor_rollout_ref.model.use_remove_padding`")
+        False, description="Pack sequences without padding tokens -> verl `actor_rollout_ref.model.use_remove_padding`"
+    )
     attn_implementation: str | None = Field(
-        None, description="Forced into the HF config (e.g. 'eager' on CPU, where sdpa/flash kernels are absent) "
-        "-> verl `+actor_rollout_ref.model.override_config.attn_implementation`"
+        None,
+        description="Forced into the HF config (e.g. 'eager' on CPU, where sdpa/flash kernels are absent) "
+        "-> verl `+actor_rollout_ref.model.override_config.attn_implementation`",
     )
     trust_remote_code: bool = Field(
-        False, description="Run the model repo's own Python code -> verl `actor_rollout_ref.model.trust_remote_code`")
+        False, description="Run the model repo's own Python code -> verl `actor_rollout_ref.model.trust_remote_code`"
+    )
     dtype: Literal["bfloat16", "float32"] | None = Field(
         None,
         description="What the actor, its reference and the rollout compute in (fsdp strategies); None keeps "
@@ -72,75 +79,108 @@ class ModelSpec(Strict):
 class DataSpec(Strict):
     """The prompts: the prepared parquet files verl reads and the raw data `npu-rl prepare` makes them from."""
 
-    train_files: list[str] = Field(min_length=1, description="Training parquet files (relative to the workspace) "
-                                   "-> verl `data.train_files`")
-    val_files: list[str] = Field(min_length=1, description="Validation parquet files (relative to the workspace) "
-                                 "-> verl `data.val_files`")
+    train_files: list[str] = Field(
+        min_length=1, description="Training parquet files (relative to the workspace) -> verl `data.train_files`"
+    )
+    val_files: list[str] = Field(
+        min_length=1, description="Validation parquet files (relative to the workspace) -> verl `data.val_files`"
+    )
     max_prompt_length: int = Field(512, gt=0, description="Longest prompt, in tokens -> verl `data.max_prompt_length`")
     max_response_length: int = Field(
-        1024, gt=0, description="Longest generated response, in tokens -> verl `data.max_response_length`")
+        1024, gt=0, description="Longest generated response, in tokens -> verl `data.max_response_length`"
+    )
     filter_overlong_prompts: bool = Field(
-        True, description="Drop prompts over max_prompt_length when loading -> verl `data.filter_overlong_prompts`")
+        True, description="Drop prompts over max_prompt_length when loading -> verl `data.filter_overlong_prompts`"
+    )
     truncation: Literal["error", "left", "right", "middle"] = Field(
-        "error", description="What a prompt over max_prompt_length gets -> verl `data.truncation`")
+        "error", description="What a prompt over max_prompt_length gets -> verl `data.truncation`"
+    )
     prompt_key: str = Field("prompt", description="Parquet column holding the chat prompt -> verl `data.prompt_key`")
     val_batch_size: int | None = Field(
-        None, gt=0, description="Validation batch, in prompts; None: verl's default (all at once) "
-        "-> verl `data.val_batch_size`")
+        None,
+        gt=0,
+        description="Validation batch, in prompts; None: verl's default (all at once) -> verl `data.val_batch_size`",
+    )
     shuffle: bool = Field(True, description="Shuffle the training prompts each epoch -> verl `data.shuffle`")
     dataloader_num_workers: int | None = Field(
-        None, ge=0, description="Dataloader worker processes; None: verl's default (8) "
-        "-> verl `data.dataloader_num_workers`")
+        None,
+        ge=0,
+        description="Dataloader worker processes; None: verl's default (8) -> verl `data.dataloader_num_workers`",
+    )
     # The raw data's shape: MATH-lighteval parquet (`npu-rl data math`) or DeepScaleR-Preview's
     # deepscaler.json (`npu-rl data deepscaler`, what cann-recipes-train's DeepSeek-R1 run trains on).
     format: Literal["math-lighteval", "deepscaler"] = Field(
-        "math-lighteval", description="Shape of the raw data `npu-rl prepare` converts; npu-rl only")
+        "math-lighteval", description="Shape of the raw data `npu-rl prepare` converts; npu-rl only"
+    )
     # Where the raw data is read from (offline is normal); the hub dataset is the fallback.
     source_dir: str | None = Field(
-        None, description="Raw data directory (relative to the workspace; 'sample': the bundled sample) "
-        "for `npu-rl prepare` and eval; npu-rl only")
-    hub_dataset: str = Field("DigitalLearningGmbH/MATH-lighteval",
-                             description="Hub dataset `npu-rl prepare` falls back to without source_dir; npu-rl only")
+        None,
+        description="Raw data directory (relative to the workspace; 'sample': the bundled sample) "
+        "for `npu-rl prepare` and eval; npu-rl only",
+    )
+    hub_dataset: str = Field(
+        "DigitalLearningGmbH/MATH-lighteval",
+        description="Hub dataset `npu-rl prepare` falls back to without source_dir; npu-rl only",
+    )
 
 
 class AlgorithmSpec(Strict):
     """The RL algorithm: advantage estimator, batch sizes, optimizer and loss terms."""
 
     adv_estimator: Literal["grpo", "gae", "rloo", "reinforce_plus_plus", "remax", "opo", "grpo_passk"] = Field(
-        "grpo", description="Advantage estimator -> verl `algorithm.adv_estimator`")
+        "grpo", description="Advantage estimator -> verl `algorithm.adv_estimator`"
+    )
     train_batch_size: int = Field(gt=0, description="Prompts per training step -> verl `data.train_batch_size`")
-    rollout_n: int = Field(8, gt=0, description="Responses sampled per prompt (the GRPO group) "
-                           "-> verl `actor_rollout_ref.rollout.n`")
+    rollout_n: int = Field(
+        8, gt=0, description="Responses sampled per prompt (the GRPO group) -> verl `actor_rollout_ref.rollout.n`"
+    )
     lr: float = Field(1e-6, gt=0, description="Actor learning rate -> verl `actor_rollout_ref.actor.optim.lr`")
-    lr_warmup_steps: int = Field(0, ge=0, description="Learning-rate warm-up, in steps "
-                                 "-> verl `actor_rollout_ref.actor.optim.lr_warmup_steps`")
-    ppo_mini_batch_size: int = Field(gt=0, description="Prompts per optimizer update (train_batch_size / this = "
-                                     "updates per epoch) -> verl `actor_rollout_ref.actor.ppo_mini_batch_size`")
+    lr_warmup_steps: int = Field(
+        0, ge=0, description="Learning-rate warm-up, in steps -> verl `actor_rollout_ref.actor.optim.lr_warmup_steps`"
+    )
+    ppo_mini_batch_size: int = Field(
+        gt=0,
+        description="Prompts per optimizer update (train_batch_size / this = "
+        "updates per epoch) -> verl `actor_rollout_ref.actor.ppo_mini_batch_size`",
+    )
     ppo_micro_batch_size_per_device: int = Field(
-        gt=0, description="Sequences per forward/backward on one device (gradient accumulation) "
-        "-> verl `actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu`")
-    ppo_epochs: int = Field(1, gt=0, description="Passes over each step's batch -> verl "
-                            "`actor_rollout_ref.actor.ppo_epochs`")
-    use_kl_loss: bool = Field(True, description="KL to the reference model as a loss term "
-                              "-> verl `actor_rollout_ref.actor.use_kl_loss`")
-    kl_loss_coef: float = Field(0.001, ge=0, description="Weight of the KL loss "
-                                "-> verl `actor_rollout_ref.actor.kl_loss_coef`")
+        gt=0,
+        description="Sequences per forward/backward on one device (gradient accumulation) "
+        "-> verl `actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu`",
+    )
+    ppo_epochs: int = Field(
+        1, gt=0, description="Passes over each step's batch -> verl `actor_rollout_ref.actor.ppo_epochs`"
+    )
+    use_kl_loss: bool = Field(
+        True, description="KL to the reference model as a loss term -> verl `actor_rollout_ref.actor.use_kl_loss`"
+    )
+    kl_loss_coef: float = Field(
+        0.001, ge=0, description="Weight of the KL loss -> verl `actor_rollout_ref.actor.kl_loss_coef`"
+    )
     kl_loss_type: Literal["kl", "k1", "abs", "mse", "k2", "low_var_kl", "k3", "full"] = Field(
-        "low_var_kl", description="KL estimator of the KL loss -> verl `actor_rollout_ref.actor.kl_loss_type`")
-    entropy_coeff: float = Field(0.0, description="Weight of the entropy bonus "
-                                 "-> verl `actor_rollout_ref.actor.entropy_coeff`")
-    use_kl_in_reward: bool = Field(False, description="KL penalty inside the reward instead "
-                                   "-> verl `algorithm.use_kl_in_reward`")
-    critic_warmup: int = Field(0, ge=0, description="Steps training only the critic (gae) "
-                               "-> verl `trainer.critic_warmup`")
+        "low_var_kl", description="KL estimator of the KL loss -> verl `actor_rollout_ref.actor.kl_loss_type`"
+    )
+    entropy_coeff: float = Field(
+        0.0, description="Weight of the entropy bonus -> verl `actor_rollout_ref.actor.entropy_coeff`"
+    )
+    use_kl_in_reward: bool = Field(
+        False, description="KL penalty inside the reward instead -> verl `algorithm.use_kl_in_reward`"
+    )
+    critic_warmup: int = Field(
+        0, ge=0, description="Steps training only the critic (gae) -> verl `trainer.critic_warmup`"
+    )
     total_epochs: int = Field(1, gt=0, description="Passes over the training prompts -> verl `trainer.total_epochs`")
     total_training_steps: int | None = Field(
-        None, gt=0, description="Stop after this many steps; None: total_epochs decides "
-        "-> verl `trainer.total_training_steps`")
+        None,
+        gt=0,
+        description="Stop after this many steps; None: total_epochs decides -> verl `trainer.total_training_steps`",
+    )
     # trainer.balance_batch (reorders the batch over DP ranks by length); None leaves verl's default (True).
     balance_batch: bool | None = Field(
-        None, description="Reorder the batch over data-parallel ranks by length; None: verl's default (True) "
-        "-> verl `trainer.balance_batch`")
+        None,
+        description="Reorder the batch over data-parallel ranks by length; None: verl's default (True) "
+        "-> verl `trainer.balance_batch`",
+    )
     seed: int = Field(1, description="Seed of the training prompts' shuffle -> verl `data.seed`")
 
 
@@ -148,127 +188,197 @@ class RecomputeSpec(Strict):
     """Megatron activation recompute (Megatron-core TransformerConfig recompute_*; verl 0.6.1's default is none)."""
 
     granularity: Literal["full", "selective"] = Field(
-        "full", description="What is recomputed -> verl "
-        "`actor_rollout_ref.actor.megatron.override_transformer_config.recompute_granularity`")
+        "full",
+        description="What is recomputed -> verl "
+        "`actor_rollout_ref.actor.megatron.override_transformer_config.recompute_granularity`",
+    )
     method: Literal["uniform", "block"] | None = Field(
-        "block", description="How recomputed layers are chosen -> verl "
-        "`actor_rollout_ref.actor.megatron.override_transformer_config.recompute_method`")
+        "block",
+        description="How recomputed layers are chosen -> verl "
+        "`actor_rollout_ref.actor.megatron.override_transformer_config.recompute_method`",
+    )
     num_layers: int | None = Field(
-        None, gt=0, description="Layers recomputed (per stage for block, per chunk for uniform) -> verl "
-        "`actor_rollout_ref.actor.megatron.override_transformer_config.recompute_num_layers`")
+        None,
+        gt=0,
+        description="Layers recomputed (per stage for block, per chunk for uniform) -> verl "
+        "`actor_rollout_ref.actor.megatron.override_transformer_config.recompute_num_layers`",
+    )
 
 
 class ActorSpec(Strict):
     """The trained actor and its reference model: training backend, offload and Megatron layout."""
 
     strategy: Literal["fsdp", "fsdp2", "megatron"] = Field(
-        "fsdp", description="Training backend -> verl `actor_rollout_ref.actor.strategy` (megatron: config "
-        "ppo_megatron_trainer)")
+        "fsdp",
+        description="Training backend -> verl `actor_rollout_ref.actor.strategy` (megatron: config "
+        "ppo_megatron_trainer)",
+    )
     param_offload: bool = Field(
-        False, description="Keep the actor's parameters on the host between phases -> verl "
+        False,
+        description="Keep the actor's parameters on the host between phases -> verl "
         "`actor_rollout_ref.actor.fsdp_config.param_offload` (megatron: `...actor.megatron.param_offload` "
-        "and `grad_offload`)")
+        "and `grad_offload`)",
+    )
     optimizer_offload: bool = Field(
-        False, description="Keep the optimizer state on the host between phases -> verl "
-        "`actor_rollout_ref.actor.fsdp_config.optimizer_offload` (megatron: `...actor.megatron.optimizer_offload`)")
+        False,
+        description="Keep the optimizer state on the host between phases -> verl "
+        "`actor_rollout_ref.actor.fsdp_config.optimizer_offload` (megatron: `...actor.megatron.optimizer_offload`)",
+    )
     ref_param_offload: bool = Field(
-        True, description="Keep the reference model's parameters on the host -> verl "
-        "`actor_rollout_ref.ref.fsdp_config.param_offload` (megatron: `...ref.megatron.param_offload`)")
+        True,
+        description="Keep the reference model's parameters on the host -> verl "
+        "`actor_rollout_ref.ref.fsdp_config.param_offload` (megatron: `...ref.megatron.param_offload`)",
+    )
     log_prob_micro_batch_size_per_device: int = Field(
-        8, gt=0, description="Sequences per device in a log-prob forward -> verl "
-        "`actor_rollout_ref.rollout.log_prob_micro_batch_size_per_gpu`")
+        8,
+        gt=0,
+        description="Sequences per device in a log-prob forward -> verl "
+        "`actor_rollout_ref.rollout.log_prob_micro_batch_size_per_gpu`",
+    )
     # The ref's own micro-batch for its log-prob pass; None: the actor's value.
     ref_log_prob_micro_batch_size_per_device: int | None = Field(
-        None, gt=0, description="Sequences per device in the reference's log-prob forward; None: the actor's "
-        "-> verl `actor_rollout_ref.ref.log_prob_micro_batch_size_per_gpu`")
+        None,
+        gt=0,
+        description="Sequences per device in the reference's log-prob forward; None: the actor's "
+        "-> verl `actor_rollout_ref.ref.log_prob_micro_batch_size_per_gpu`",
+    )
     # megatron only: recompute (required when model.enable_gradient_checkpointing) and MindSpeed's
     # swap optimizer (optimizer state swapped to host between steps, read by MindSpeed's repatch).
     recompute: RecomputeSpec | None = Field(
-        None, description="Megatron activation recompute (megatron with model.enable_gradient_checkpointing)")
+        None, description="Megatron activation recompute (megatron with model.enable_gradient_checkpointing)"
+    )
     swap_optimizer: bool = Field(
-        False, description="MindSpeed's swap optimizer (megatron) -> verl "
-        "`+actor_rollout_ref.actor.megatron.override_transformer_config.swap_optimizer`")
+        False,
+        description="MindSpeed's swap optimizer (megatron) -> verl "
+        "`+actor_rollout_ref.actor.megatron.override_transformer_config.swap_optimizer`",
+    )
     # Megatron layout (strategy megatron only).
     tensor_model_parallel_size: int = Field(
-        1, gt=0, description="Megatron tensor-parallel size -> verl "
-        "`actor_rollout_ref.{actor,ref}.megatron.tensor_model_parallel_size`")
+        1,
+        gt=0,
+        description="Megatron tensor-parallel size -> verl "
+        "`actor_rollout_ref.{actor,ref}.megatron.tensor_model_parallel_size`",
+    )
     pipeline_model_parallel_size: int = Field(
-        1, gt=0, description="Megatron pipeline-parallel size -> verl "
-        "`actor_rollout_ref.{actor,ref}.megatron.pipeline_model_parallel_size`")
+        1,
+        gt=0,
+        description="Megatron pipeline-parallel size -> verl "
+        "`actor_rollout_ref.{actor,ref}.megatron.pipeline_model_parallel_size`",
+    )
     expert_model_parallel_size: int = Field(
-        1, gt=0, description="Megatron expert-parallel size (MoE) -> verl "
-        "`actor_rollout_ref.{actor,ref}.megatron.expert_model_parallel_size`")
+        1,
+        gt=0,
+        description="Megatron expert-parallel size (MoE) -> verl "
+        "`actor_rollout_ref.{actor,ref}.megatron.expert_model_parallel_size`",
+    )
     layers_per_stage: list[int] | None = Field(
-        None, description="Layers of each pipeline stage, uneven first/last -> verl `+actor_rollout_ref.actor.megatron."
-        "override_transformer_config.num_layers_in_{first,last}_pipeline_stage`")
+        None,
+        description="Layers of each pipeline stage, uneven first/last -> verl `+actor_rollout_ref.actor.megatron."
+        "override_transformer_config.num_layers_in_{first,last}_pipeline_stage`",
+    )
 
 
 class RolloutSpec(Strict):
     """The generation engine that samples the responses."""
 
     name: Literal["vllm", "sglang", "hf"] = Field(
-        "vllm", description="Rollout engine (hf on CPU) -> verl `actor_rollout_ref.rollout.name`")
+        "vllm", description="Rollout engine (hf on CPU) -> verl `actor_rollout_ref.rollout.name`"
+    )
     tensor_model_parallel_size: int = Field(
-        1, gt=0, description="Engine tensor-parallel size -> verl "
-        "`actor_rollout_ref.rollout.tensor_model_parallel_size`")
+        1,
+        gt=0,
+        description="Engine tensor-parallel size -> verl `actor_rollout_ref.rollout.tensor_model_parallel_size`",
+    )
     expert_parallel: bool = Field(
-        False, description="vLLM expert parallelism for MoE -> verl "
-        "`+actor_rollout_ref.rollout.engine_kwargs.vllm.enable_expert_parallel`")
+        False,
+        description="vLLM expert parallelism for MoE -> verl "
+        "`+actor_rollout_ref.rollout.engine_kwargs.vllm.enable_expert_parallel`",
+    )
     gpu_memory_utilization: float = Field(
-        0.8, gt=0, le=1, description="Fraction of device memory the engine may take (weights + KV cache) "
-        "-> verl `actor_rollout_ref.rollout.gpu_memory_utilization`")
+        0.8,
+        gt=0,
+        le=1,
+        description="Fraction of device memory the engine may take (weights + KV cache) "
+        "-> verl `actor_rollout_ref.rollout.gpu_memory_utilization`",
+    )
     enable_chunked_prefill: bool = Field(
-        False, description="Chunked prefill -> verl `actor_rollout_ref.rollout.enable_chunked_prefill`")
+        False, description="Chunked prefill -> verl `actor_rollout_ref.rollout.enable_chunked_prefill`"
+    )
     enforce_eager: bool = Field(
-        False, description="No graph capture, eager kernels -> verl `actor_rollout_ref.rollout.enforce_eager`")
+        False, description="No graph capture, eager kernels -> verl `actor_rollout_ref.rollout.enforce_eager`"
+    )
     free_cache_engine: bool = Field(
-        True, description="Release the KV cache after each rollout -> verl "
-        "`actor_rollout_ref.rollout.free_cache_engine`")
-    temperature: float = Field(1.0, ge=0, description="Sampling temperature -> verl "
-                               "`actor_rollout_ref.rollout.temperature`")
+        True,
+        description="Release the KV cache after each rollout -> verl `actor_rollout_ref.rollout.free_cache_engine`",
+    )
+    temperature: float = Field(
+        1.0, ge=0, description="Sampling temperature -> verl `actor_rollout_ref.rollout.temperature`"
+    )
     do_sample: bool = Field(True, description="Sample (False: greedy) -> verl `actor_rollout_ref.rollout.do_sample`")
     max_num_batched_tokens: int | None = Field(
-        None, gt=0, description="Tokens per engine forward; None: verl's default -> verl "
-        "`actor_rollout_ref.rollout.max_num_batched_tokens`")
+        None,
+        gt=0,
+        description="Tokens per engine forward; None: verl's default -> verl "
+        "`actor_rollout_ref.rollout.max_num_batched_tokens`",
+    )
     # Sampling beyond temperature; None leaves verl's default (top_k -1, top_p 1.0).
-    top_k: int | None = Field(None, ge=-1, description="Top-k sampling (-1: off); None: verl's default -> verl "
-                              "`actor_rollout_ref.rollout.top_k`")
-    top_p: float | None = Field(None, gt=0, le=1, description="Nucleus sampling; None: verl's default -> verl "
-                                "`actor_rollout_ref.rollout.top_p`")
+    top_k: int | None = Field(
+        None,
+        ge=-1,
+        description="Top-k sampling (-1: off); None: verl's default -> verl `actor_rollout_ref.rollout.top_k`",
+    )
+    top_p: float | None = Field(
+        None, gt=0, le=1, description="Nucleus sampling; None: verl's default -> verl `actor_rollout_ref.rollout.top_p`"
+    )
     max_num_seqs: int | None = Field(
-        None, gt=0, description="Sequences the engine runs at once (also graph_mode's captured batch); None: verl's "
-        "default -> verl `actor_rollout_ref.rollout.max_num_seqs`")
+        None,
+        gt=0,
+        description="Sequences the engine runs at once (also graph_mode's captured batch); None: verl's "
+        "default -> verl `actor_rollout_ref.rollout.max_num_seqs`",
+    )
     enable_prefix_caching: bool | None = Field(
-        None, description="Reuse the KV cache of shared prompt prefixes; None: verl's default -> verl "
-        "`actor_rollout_ref.rollout.enable_prefix_caching`")
+        None,
+        description="Reuse the KV cache of shared prompt prefixes; None: verl's default -> verl "
+        "`actor_rollout_ref.rollout.enable_prefix_caching`",
+    )
     # vLLM's data-parallel size for expert_parallel (VLLM_DP_SIZE): experts spread over TP x DP ranks.
     data_parallel_size: int | None = Field(
-        None, gt=0, description="vLLM data-parallel size with expert_parallel -> env `VLLM_DP_SIZE` "
-        "(npu_rl.patches.vllm_dp)")
+        None,
+        gt=0,
+        description="vLLM data-parallel size with expert_parallel -> env `VLLM_DP_SIZE` (npu_rl.patches.vllm_dp)",
+    )
     # vllm-ascend additional_config: torchair graph mode and the Ascend scheduler (NPU only).
     graph_mode: bool = Field(
-        False, description="vllm-ascend torchair graph mode -> verl "
-        "`+actor_rollout_ref.rollout.engine_kwargs.vllm.additional_config` (torchair_graph_config)")
+        False,
+        description="vllm-ascend torchair graph mode -> verl "
+        "`+actor_rollout_ref.rollout.engine_kwargs.vllm.additional_config` (torchair_graph_config)",
+    )
     ascend_scheduler: bool = Field(
-        False, description="vllm-ascend's Ascend scheduler -> verl "
-        "`+actor_rollout_ref.rollout.engine_kwargs.vllm.additional_config` (ascend_scheduler_config)")
+        False,
+        description="vllm-ascend's Ascend scheduler -> verl "
+        "`+actor_rollout_ref.rollout.engine_kwargs.vllm.additional_config` (ascend_scheduler_config)",
+    )
 
 
 class ResourcesSpec(Strict):
     """The machines of the run."""
 
-    platform: Platform = Field(description="Hardware (npu-a2, npu-a3 or cpu) -> verl `trainer.device` (npu or cpu); "
-                               "also picks patches and k8s manifests")
+    platform: Platform = Field(
+        description="Hardware (npu-a2, npu-a3 or cpu) -> verl `trainer.device` (npu or cpu); "
+        "also picks patches and k8s manifests"
+    )
     nnodes: int = Field(1, gt=0, description="Nodes of the run -> verl `trainer.nnodes`")
-    devices_per_node: int = Field(gt=0, description="NPUs per node (CPU: worker processes) "
-                                  "-> verl `trainer.n_gpus_per_node`")
+    devices_per_node: int = Field(
+        gt=0, description="NPUs per node (CPU: worker processes) -> verl `trainer.n_gpus_per_node`"
+    )
     # Atlas A3 cluster type, which decides the node label MindCluster schedules on (npu_rl.render.k8s):
     # an A3 box server, an Atlas 900 A3 SuperPoD or an Atlas 9000 A3 SuperPoD. None: the platform's default.
     cluster: Literal["box", "superpod-900", "superpod-9000"] | None = Field(
-        None, description="Atlas A3 cluster type, the k8s node label to schedule on (npu-a3); npu-rl only")
+        None, description="Atlas A3 cluster type, the k8s node label to schedule on (npu-a3); npu-rl only"
+    )
 
     @model_validator(mode="after")
-    def _cluster_is_a3(self) -> "ResourcesSpec":
+    def _cluster_is_a3(self) -> ResourcesSpec:
         if self.cluster is not None and self.platform != "npu-a3":
             raise ValueError(f"resources.cluster {self.cluster!r} is an Atlas A3 setting (platform npu-a3)")
         return self
@@ -285,61 +395,97 @@ class ResourcesSpec(Strict):
 class RewardWeights(Strict):
     """Weights of the parts of npu_rl.reward.math's score."""
 
-    accuracy: float = Field(0.7, ge=0, description="Weight of a right final answer "
-                            "-> verl `+custom_reward_function.reward_kwargs.weights.accuracy`")
-    format: float = Field(0.2, ge=0, description="Weight of the <think>/<answer> tags format "
-                          "-> verl `+custom_reward_function.reward_kwargs.weights.format`")
-    cot: float = Field(0.1, ge=0, description="Weight of numbered reasoning steps in <think> "
-                       "-> verl `+custom_reward_function.reward_kwargs.weights.cot`")
+    accuracy: float = Field(
+        0.7,
+        ge=0,
+        description="Weight of a right final answer -> verl `+custom_reward_function.reward_kwargs.weights.accuracy`",
+    )
+    format: float = Field(
+        0.2,
+        ge=0,
+        description="Weight of the <think>/<answer> tags format "
+        "-> verl `+custom_reward_function.reward_kwargs.weights.format`",
+    )
+    cot: float = Field(
+        0.1,
+        ge=0,
+        description="Weight of numbered reasoning steps in <think> "
+        "-> verl `+custom_reward_function.reward_kwargs.weights.cot`",
+    )
 
 
 class RewardSpec(Strict):
     """The reward function that scores each response."""
 
     # A module path inside npu_rl (resolved to its installed file) or a .py file path.
-    function: str = Field("npu_rl.reward.math", min_length=1, description="Reward module (npu_rl.*) or .py file "
-                          "-> verl `custom_reward_function.path` (resolved to the file)")
-    name: str = Field("compute_score", min_length=1, description="Function in that module "
-                      "-> verl `custom_reward_function.name`")
+    function: str = Field(
+        "npu_rl.reward.math",
+        min_length=1,
+        description="Reward module (npu_rl.*) or .py file -> verl `custom_reward_function.path` (resolved to the file)",
+    )
+    name: str = Field(
+        "compute_score", min_length=1, description="Function in that module -> verl `custom_reward_function.name`"
+    )
     manager: Literal["naive", "batch", "prime", "dapo"] = Field(
-        "naive", description="verl's reward manager -> verl `reward_model.reward_manager`")
+        "naive", description="verl's reward manager -> verl `reward_model.reward_manager`"
+    )
     weights: RewardWeights = Field(RewardWeights(), description="Weights of the score's parts (accuracy, format, cot)")
-    timeout_s: float = Field(1.0, gt=0, description="Scoring time allowed per response, in seconds "
-                             "-> verl `+custom_reward_function.reward_kwargs.timeout_s`")
+    timeout_s: float = Field(
+        1.0,
+        gt=0,
+        description="Scoring time allowed per response, in seconds "
+        "-> verl `+custom_reward_function.reward_kwargs.timeout_s`",
+    )
 
 
 class LoggingSpec(Strict):
     """Where a run's metrics and logs go."""
 
-    project: str = Field(description="Project name, a directory level under logging.dir and checkpoint.dir "
-                         "-> verl `trainer.project_name`")
-    experiment: str = Field(description="Experiment name, the run's directory under the project "
-                            "-> verl `trainer.experiment_name`")
-    backends: list[Logger] = Field(["console", "tensorboard"], description="Metric loggers (the watchdog needs "
-                                   "console) -> verl `trainer.logger`")
-    dir: str = Field("logs", description="Log root (relative to the workspace): <dir>/<project>/<experiment> "
-                     "-> env `TENSORBOARD_DIR`, `VERL_FILE_LOGGER_PATH`, `SWANLAB_LOG_DIR`")
-    val_generations_to_log: int = Field(0, ge=0, description="Validation samples logged per validation "
-                                        "-> verl `trainer.log_val_generations`")
+    project: str = Field(
+        description="Project name, a directory level under logging.dir and checkpoint.dir "
+        "-> verl `trainer.project_name`"
+    )
+    experiment: str = Field(
+        description="Experiment name, the run's directory under the project -> verl `trainer.experiment_name`"
+    )
+    backends: list[Logger] = Field(
+        ["console", "tensorboard"], description="Metric loggers (the watchdog needs console) -> verl `trainer.logger`"
+    )
+    dir: str = Field(
+        "logs",
+        description="Log root (relative to the workspace): <dir>/<project>/<experiment> "
+        "-> env `TENSORBOARD_DIR`, `VERL_FILE_LOGGER_PATH`, `SWANLAB_LOG_DIR`",
+    )
+    val_generations_to_log: int = Field(
+        0, ge=0, description="Validation samples logged per validation -> verl `trainer.log_val_generations`"
+    )
 
 
 class CheckpointSpec(Strict):
     """Checkpoints, validation frequency and resuming."""
 
-    dir: str = Field("checkpoints", description="Checkpoint root (relative to the workspace): "
-                     "<dir>/<project>/<experiment> -> verl `trainer.default_local_dir`")
+    dir: str = Field(
+        "checkpoints",
+        description="Checkpoint root (relative to the workspace): "
+        "<dir>/<project>/<experiment> -> verl `trainer.default_local_dir`",
+    )
     save_freq: int = Field(20, ge=-1, description="Save every this many steps (-1: never) -> verl `trainer.save_freq`")
-    test_freq: int = Field(5, ge=-1, description="Validate every this many steps (-1: never) "
-                           "-> verl `trainer.test_freq`")
+    test_freq: int = Field(
+        5, ge=-1, description="Validate every this many steps (-1: never) -> verl `trainer.test_freq`"
+    )
     resume: Literal["auto", "disable"] = Field(
-        "auto", description="auto: from the newest complete checkpoint -> verl `trainer.resume_mode` "
-        "(resume_path + `trainer.resume_from_path`)")
+        "auto",
+        description="auto: from the newest complete checkpoint -> verl `trainer.resume_mode` "
+        "(resume_path + `trainer.resume_from_path`)",
+    )
     # Complete checkpoints kept (verl's trainer.max_actor_ckpt_to_keep); old ones go once the new one is
     # complete, so a stop during a save keeps them all (npu_rl.patches.checkpoint_rotation). None: keep every one.
-    max_to_keep: int | None = Field(None, gt=0, description="Complete checkpoints kept; None: all "
-                                     "-> verl `trainer.max_actor_ckpt_to_keep`")
-    val_before_train: bool = Field(False, description="Validate before the first step "
-                                   "-> verl `trainer.val_before_train`")
+    max_to_keep: int | None = Field(
+        None, gt=0, description="Complete checkpoints kept; None: all -> verl `trainer.max_actor_ckpt_to_keep`"
+    )
+    val_before_train: bool = Field(
+        False, description="Validate before the first step -> verl `trainer.val_before_train`"
+    )
 
 
 class WatchdogSpec(Strict):
@@ -356,16 +502,18 @@ class WatchdogSpec(Strict):
     """
 
     enabled: bool = Field(True, description="Stop a hung run with its stacks (exit HUNG); npu-rl only")
-    stall_factor: float = Field(10.0, ge=1, description="Allowance after the first step, in median step times; "
-                                "npu-rl only")
+    stall_factor: float = Field(
+        10.0, ge=1, description="Allowance after the first step, in median step times; npu-rl only"
+    )
     floor_s: float = Field(600.0, gt=0, description="Least allowance between two steps, in seconds; npu-rl only")
-    first_step_s: float = Field(3600.0, gt=0, description="Allowance before the first step, in seconds; "
-                                "npu-rl only")
-    checkpoint_s: float = Field(0.0, ge=0, description="Extra allowance for a step that validates or saves, in "
-                                "seconds; npu-rl only")
+    first_step_s: float = Field(3600.0, gt=0, description="Allowance before the first step, in seconds; npu-rl only")
+    checkpoint_s: float = Field(
+        0.0, ge=0, description="Extra allowance for a step that validates or saves, in seconds; npu-rl only"
+    )
     # Each process's py-spy dump may take this long; a stopped or dead process must not hold the dump.
-    dump_timeout_s: float = Field(20.0, gt=0, description="Time allowed for each process's stack dump, in "
-                                  "seconds; npu-rl only")
+    dump_timeout_s: float = Field(
+        20.0, gt=0, description="Time allowed for each process's stack dump, in seconds; npu-rl only"
+    )
 
 
 class ConsistencySpec(Strict):
@@ -375,12 +523,18 @@ class ConsistencySpec(Strict):
     ``max_probs_diff_mean`` stops the run before the optimizer step (exit INCONSISTENT). Only with
     ``optimizations.recompute_old_log_prob: false`` (``Recipe.consistency_gated``)."""
 
-    enabled: bool = Field(False, description="Run the gate (patch consistency) -> verl "
-                          "`actor_rollout_ref.rollout.calculate_log_probs`")
-    every: int = Field(0, ge=0, description="Check every this many steps (0: the first step only) "
-                       "-> env `NPU_RL_CONSISTENCY`")
-    max_probs_diff_mean: float = Field(0.05, gt=0, le=1, description="Largest mean |train - rollout| token "
-                                       "probability before the run stops -> env `NPU_RL_CONSISTENCY`")
+    enabled: bool = Field(
+        False, description="Run the gate (patch consistency) -> verl `actor_rollout_ref.rollout.calculate_log_probs`"
+    )
+    every: int = Field(
+        0, ge=0, description="Check every this many steps (0: the first step only) -> env `NPU_RL_CONSISTENCY`"
+    )
+    max_probs_diff_mean: float = Field(
+        0.05,
+        gt=0,
+        le=1,
+        description="Largest mean |train - rollout| token probability before the run stops -> env `NPU_RL_CONSISTENCY`",
+    )
 
 
 class OptimizationsSpec(Strict):
@@ -389,48 +543,61 @@ class OptimizationsSpec(Strict):
     # False: skip verl's old_log_prob forward and reuse the update's own detached
     # log-probs (exact only on-policy with one optimizer update per step).
     recompute_old_log_prob: bool = Field(
-        True, description="False: skip verl's old_log_prob pass (patch old_log_prob) -> verl "
-        "`+actor_rollout_ref.actor.recompute_old_log_prob`")
+        True,
+        description="False: skip verl's old_log_prob pass (patch old_log_prob) -> verl "
+        "`+actor_rollout_ref.actor.recompute_old_log_prob`",
+    )
 
 
 class ReshardSpec(Strict):
     """Train-to-rollout weight sync through npu_rl.reshard's alltoallv plan (megatron, NPU only)."""
 
-    enabled: bool = Field(False, description="Sync weights through npu_rl.reshard (patch reshard) -> verl "
-                          "`actor_rollout_ref.actor.megatron.use_mbridge=False`")
+    enabled: bool = Field(
+        False,
+        description="Sync weights through npu_rl.reshard (patch reshard) -> verl "
+        "`actor_rollout_ref.actor.megatron.use_mbridge=False`",
+    )
     # Per-rank staging (send + receive) cap of one alltoallv round; bounds the sync's extra memory.
-    bucket_mb: int = Field(64, gt=0, description="Per-rank staging cap of one alltoallv round, in MiB "
-                           "-> env `NPU_RL_RESHARD_BUCKET_MB`")
+    bucket_mb: int = Field(
+        64, gt=0, description="Per-rank staging cap of one alltoallv round, in MiB -> env `NPU_RL_RESHARD_BUCKET_MB`"
+    )
 
 
 class WeightConversionSpec(Strict):
     """Prepare job: HF checkpoint -> (bf16) -> Megatron dist checkpoint, run once before training."""
 
     hf_path: str = Field(description="HF checkpoint as published (DeepSeek-R1 ships FP8 weights); npu-rl only")
-    bf16_path: str | None = Field(None, description="Where the FP8->BF16 cast writes; None when already bf16; "
-                                  "npu-rl only")
-    mcore_path: str = Field(description="Megatron dist checkpoint the actor and ref load -> verl "
-                            "`actor_rollout_ref.{actor,ref}.megatron.dist_checkpointing_path`")
+    bf16_path: str | None = Field(
+        None, description="Where the FP8->BF16 cast writes; None when already bf16; npu-rl only"
+    )
+    mcore_path: str = Field(
+        description="Megatron dist checkpoint the actor and ref load -> verl "
+        "`actor_rollout_ref.{actor,ref}.megatron.dist_checkpointing_path`"
+    )
     # The FP8 -> BF16 cast is npu-rl's own (`npu-rl model fp8-cast`, CPU only). The HF -> Megatron
     # converter is verl's scripts/converter_hf_to_mcore.py; None: the one next to the installed verl
     # (/opt/verl/scripts in the image; the PyPI wheel installs it as site-packages/scripts).
     converter_script: str | None = Field(
-        None, description="verl's converter_hf_to_mcore.py, when not the one of the installed verl; npu-rl only")
+        None, description="verl's converter_hf_to_mcore.py, when not the one of the installed verl; npu-rl only"
+    )
     # verl's converter runs under torchrun for DeepSeek-V3 / Qwen MoE, one pipeline stage of the
     # conversion per process (scripts/converter_hf_to_mcore.py _init_args example and
     # support_distributed_convert). Every process loads the whole HF model into host memory, hence one
     # per node by default; the dist checkpoint it writes is independent of the training layout.
-    distributed: bool = Field(True, description="Run the converter on every node of the job (multi-node recipes); "
-                              "npu-rl only")
-    nproc_per_node: int = Field(1, ge=1, description="Converter processes per node (each holds the HF model in RAM); "
-                                "npu-rl only")
+    distributed: bool = Field(
+        True, description="Run the converter on every node of the job (multi-node recipes); npu-rl only"
+    )
+    nproc_per_node: int = Field(
+        1, ge=1, description="Converter processes per node (each holds the HF model in RAM); npu-rl only"
+    )
 
 
 class PrepareSpec(Strict):
     """Jobs run once before training (`npu-rl prepare`)."""
 
     weight_conversion: WeightConversionSpec | None = Field(
-        None, description="HF -> Megatron dist checkpoint conversion (megatron recipes); None: none")
+        None, description="HF -> Megatron dist checkpoint conversion (megatron recipes); None: none"
+    )
 
 
 class Recipe(Strict):
@@ -452,38 +619,48 @@ class Recipe(Strict):
     consistency: ConsistencySpec = Field(ConsistencySpec(), description="Train/rollout probability gate; npu-rl only")
     reshard: ReshardSpec = Field(ReshardSpec(), description="Megatron -> rollout weight sync by alltoallv (NPU)")
     prepare: PrepareSpec = Field(PrepareSpec(), description="Jobs run once before training (`npu-rl prepare`)")
-    env: dict[str, str] = Field(default_factory=dict, description="Environment exported to every process "
-                                "(the driver and, through verl `+ray_kwargs.ray_init.runtime_env.env_vars`, every "
-                                "Ray worker)")
+    env: dict[str, str] = Field(
+        default_factory=dict,
+        description="Environment exported to every process "
+        "(the driver and, through verl `+ray_kwargs.ray_init.runtime_env.env_vars`, every "
+        "Ray worker)",
+    )
     verl_overrides: dict[str, Any] = Field(
-        default_factory=dict, description="Extra hydra overrides for verl, dotted keys -> values, applied last so they "
-        "win (escape hatch)"
+        default_factory=dict,
+        description="Extra hydra overrides for verl, dotted keys -> values, applied last so they win (escape hatch)",
     )
     unverified: list[str] = Field(
-        default_factory=list, description="Fields whose values the source articles do not give (documented guesses); "
-        "npu-rl only"
+        default_factory=list,
+        description="Fields whose values the source articles do not give (documented guesses); npu-rl only",
     )
 
     @model_validator(mode="after")
-    def _watchdog_heartbeat(self) -> "Recipe":
+    def _watchdog_heartbeat(self) -> Recipe:
         # The launcher times the steps by verl's console lines ("step:N - ..."); without them every run
         # would look hung at watchdog.first_step_s.
         if self.watchdog.enabled and "console" not in self.logging.backends:
-            raise ValueError("watchdog.enabled needs 'console' in logging.backends (the watchdog times verl's "
-                             "console step lines); add it or set watchdog.enabled: false")
+            raise ValueError(
+                "watchdog.enabled needs 'console' in logging.backends (the watchdog times verl's "
+                "console step lines); add it or set watchdog.enabled: false"
+            )
         return self
 
     @model_validator(mode="after")
-    def _rotation_needs_synchronous_saves(self) -> "Recipe":
+    def _rotation_needs_synchronous_saves(self) -> Recipe:
         # Old checkpoints go once the trainer's save returns (npu_rl.patches.checkpoint_rotation); Megatron's
         # async_save returns before its shards are written, so the only complete one could go first.
         o = self.verl_overrides
-        rotates = self.checkpoint.max_to_keep is not None or o.get("trainer.max_actor_ckpt_to_keep") is not None \
+        rotates = (
+            self.checkpoint.max_to_keep is not None
+            or o.get("trainer.max_actor_ckpt_to_keep") is not None
             or str(o.get("trainer.remove_previous_ckpt_in_save", False)).lower() == "true"
+        )
         if rotates and str(o.get("actor_rollout_ref.actor.checkpoint.async_save", False)).lower() == "true":
-            raise ValueError("checkpoint.max_to_keep needs synchronous saves: actor_rollout_ref.actor.checkpoint."
-                             "async_save returns before the checkpoint is written, so the rotation could remove "
-                             "the only complete one; drop async_save or max_to_keep")
+            raise ValueError(
+                "checkpoint.max_to_keep needs synchronous saves: actor_rollout_ref.actor.checkpoint."
+                "async_save returns before the checkpoint is written, so the rotation could remove "
+                "the only complete one; drop async_save or max_to_keep"
+            )
         return self
 
     @property
@@ -493,7 +670,7 @@ class Recipe(Strict):
         return self.consistency.enabled and not self.optimizations.recompute_old_log_prob
 
     @model_validator(mode="after")
-    def _divisibility(self) -> "Recipe":
+    def _divisibility(self) -> Recipe:
         a, r = self.algorithm, self.resources
         world = r.world_size
         if a.ppo_mini_batch_size > a.train_batch_size:
@@ -574,11 +751,16 @@ class Recipe(Strict):
         if (ro.graph_mode or ro.ascend_scheduler) and (ro.name != "vllm" or self.resources.platform == "cpu"):
             raise ValueError("rollout.graph_mode / rollout.ascend_scheduler are vllm-ascend settings (NPU, vllm)")
         if self.actor.strategy == "megatron" and self.model.dtype is not None:
-            raise ValueError("model.dtype is for the fsdp strategies (verl's fsdp_config.dtype); megatron keeps bfloat16")
+            raise ValueError(
+                "model.dtype is for the fsdp strategies (verl's fsdp_config.dtype); megatron keeps bfloat16"
+            )
         if self.actor.strategy != "megatron" and (self.actor.recompute is not None or self.actor.swap_optimizer):
             raise ValueError("actor.recompute / actor.swap_optimizer are megatron settings (actor.strategy megatron)")
-        if (self.actor.strategy == "megatron" and self.model.enable_gradient_checkpointing
-                and self.actor.recompute is None):
+        if (
+            self.actor.strategy == "megatron"
+            and self.model.enable_gradient_checkpointing
+            and self.actor.recompute is None
+        ):
             raise ValueError(
                 "model.enable_gradient_checkpointing with actor.strategy megatron needs actor.recompute "
                 "(verl 0.6.1 megatron ignores the flag; recompute is Megatron-core's recompute_* settings)"

@@ -49,18 +49,29 @@ def variables(recipe: Recipe) -> list[Var]:
         Var("NPU_RL_IMAGE", spec("a2").tag, "Ascend image of every NPU service (`npu-rl image build --variant a2`)"),
         Var("NPU_RL_EVAL_IMAGE", spec("a2", "eval").tag, "Ascend image with OpenCompass, for the eval service"),
         Var("NPU_RL_CPU_IMAGE", spec("cpu").tag, "CPU image of the cpu-demo service"),
-        Var("WORKSPACE_DIR", "../workspace",
-            "Host directory mounted at /workspace: models, data, checkpoints and logs (relative to compose/)"),
+        Var(
+            "WORKSPACE_DIR",
+            "../workspace",
+            "Host directory mounted at /workspace: models, data, checkpoints and logs (relative to compose/)",
+        ),
         Var("NPU_DEVICE", "0", "Physical id N of the /dev/davinciN that NPU services get (see `npu-smi info`)"),
         Var("SHM_SIZE", DEFAULT_SHM, "Shared memory of NPU services (Ray's object store; `npu-rl doctor` checks it)"),
         Var("CPU_SHM_SIZE", CPU_SHM, "Shared memory of the cpu-demo service"),
         Var("DEMO_STEPS", str(DEMO_STEPS), "GRPO steps of the cpu-demo service"),
-        Var("DEMO_WARM_START_STEPS", str(DEMO_WARM_START_STEPS), "warm-start steps of the cpu-demo service's tiny model"),
-        Var("MODEL_SOURCE", recipe.model.hub_id or "",
+        Var(
+            "DEMO_WARM_START_STEPS", str(DEMO_WARM_START_STEPS), "warm-start steps of the cpu-demo service's tiny model"
+        ),
+        Var(
+            "MODEL_SOURCE",
+            recipe.model.hub_id or "",
             f"What `prepare` fetches into {model_dir} when it is missing: a hub id or a local directory under "
-            "/workspace (empty: the recipe's model.hub_id)"),
-        Var("MATH_SOURCE", "",
-            f"Directory under /workspace with the raw MATH-lighteval parquet files (empty: {fallback})"),
+            "/workspace (empty: the recipe's model.hub_id)",
+        ),
+        Var(
+            "MATH_SOURCE",
+            "",
+            f"Directory under /workspace with the raw MATH-lighteval parquet files (empty: {fallback})",
+        ),
         Var("DASHBOARD_BIND", "127.0.0.1", "Host address of the TensorBoard, SwanLab and notebook ports"),
         Var("TENSORBOARD_PORT", str(DASHBOARD_PORTS["tensorboard"]), "Host port of TensorBoard"),
         Var("SWANLAB_PORT", str(DASHBOARD_PORTS["swanlab"]), "Host port of the SwanLab dashboard"),

@@ -119,16 +119,22 @@ def _accelerator(recipe: Recipe) -> Accelerator:
     if recipe.resources.platform == "npu-a3":
         acc = A3_CLUSTERS[recipe.resources.cluster or A3_DEFAULT_CLUSTER]
         if recipe.resources.devices_per_node > acc.max_devices:
-            raise UserError(f"recipe {recipe.name}: resources.devices_per_node {recipe.resources.devices_per_node} "
-                            f"exceeds the {acc.max_devices} NPUs of a {recipe.resources.cluster} node")
+            raise UserError(
+                f"recipe {recipe.name}: resources.devices_per_node {recipe.resources.devices_per_node} "
+                f"exceeds the {acc.max_devices} NPUs of a {recipe.resources.cluster} node"
+            )
         return acc
     acc = ACCELERATORS.get(recipe.resources.platform)
     if acc is None:
-        raise UserError(f"recipe {recipe.name}: Kubernetes manifests are for platforms "
-                        f"{', '.join(ACCELERATORS)}, not {recipe.resources.platform!r}")
+        raise UserError(
+            f"recipe {recipe.name}: Kubernetes manifests are for platforms "
+            f"{', '.join(ACCELERATORS)}, not {recipe.resources.platform!r}"
+        )
     if recipe.resources.devices_per_node > acc.max_devices:
-        raise UserError(f"recipe {recipe.name}: resources.devices_per_node {recipe.resources.devices_per_node} "
-                        f"exceeds the {acc.max_devices} NPUs of a {recipe.resources.platform} node")
+        raise UserError(
+            f"recipe {recipe.name}: resources.devices_per_node {recipe.resources.devices_per_node} "
+            f"exceeds the {acc.max_devices} NPUs of a {recipe.resources.platform} node"
+        )
     return acc
 
 
@@ -146,11 +152,33 @@ def context(recipe: Recipe, target: str, opts: K8sOptions) -> dict:
     # --prepare: the model, data and (megatron) converted weights land on the shared volume once;
     # a restarted job finds them there and skips straight to training.
     train = ["npu-rl", "train", "--recipe", recipe_path, "--prepare"]
-    wait = ["npu-rl", "ray", "wait", "--nodes", str(res.nnodes), "--devices", devices,
-            "--timeout", str(opts.wait_timeout_s)]
+    wait = [
+        "npu-rl",
+        "ray",
+        "wait",
+        "--nodes",
+        str(res.nnodes),
+        "--devices",
+        devices,
+        "--timeout",
+        str(opts.wait_timeout_s),
+    ]
     if target == "volcano":
-        head_args = ["npu-rl", "ray", "head", "--nodes", str(res.nnodes), "--devices", devices,
-                     "--port", str(opts.ray_port), "--wait-timeout", str(opts.wait_timeout_s), "--", *train]
+        head_args = [
+            "npu-rl",
+            "ray",
+            "head",
+            "--nodes",
+            str(res.nnodes),
+            "--devices",
+            devices,
+            "--port",
+            str(opts.ray_port),
+            "--wait-timeout",
+            str(opts.wait_timeout_s),
+            "--",
+            *train,
+        ]
         worker_args = ["npu-rl", "ray", "worker", "--devices", devices, "--port", str(opts.ray_port)]
     else:
         head_args = ["npu-rl", "ray", "head", "--devices", devices]
@@ -207,8 +235,9 @@ def output_name(recipe: Recipe, target: str) -> str:
     return f"{recipe.name}.{target}.yaml"
 
 
-def render_k8s(recipe: Recipe, target: str, out_dir: Path, nodes: int | None = None,
-               options: K8sOptions | None = None) -> list[Path]:
+def render_k8s(
+    recipe: Recipe, target: str, out_dir: Path, nodes: int | None = None, options: K8sOptions | None = None
+) -> list[Path]:
     """Write ``<recipe>.<target>.yaml`` (ConfigMap + Job/RayJob) into ``out_dir``; returns its path."""
     text = render_text(recipe, target, nodes, options)
     out_dir.mkdir(parents=True, exist_ok=True)
@@ -234,4 +263,3 @@ def render_committed(out_dir: Path) -> list[Path]:
     for recipe_name, target, nodes in COMMITTED:
         written += render_k8s(load_recipe(recipe_name), target, out_dir, nodes=nodes)
     return written
-

@@ -3,7 +3,7 @@ error, not an empty string) and whitespace-stable, so renderings are reproducibl
 
 from __future__ import annotations
 
-from typing import Callable
+from collections.abc import Callable
 
 from jinja2 import Environment, PackageLoader, StrictUndefined
 

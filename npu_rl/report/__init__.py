@@ -8,5 +8,14 @@ from .rules import Finding
 from .thresholds import Thresholds, load_thresholds
 from .throughput import ThroughputCard, throughput_card
 
-__all__ = ["Comparison", "Finding", "Report", "Thresholds", "ThroughputCard", "build_report", "compare_runs",
-           "load_thresholds", "throughput_card"]
+__all__ = [
+    "Comparison",
+    "Finding",
+    "Report",
+    "Thresholds",
+    "ThroughputCard",
+    "build_report",
+    "compare_runs",
+    "load_thresholds",
+    "throughput_card",
+]

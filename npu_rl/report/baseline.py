@@ -16,8 +16,10 @@ from pathlib import Path
 from .scalars import load_run
 
 # What a run learnt; timing_s/*, perf/throughput and memory are left out: another machine has other ones.
-LEARNING = re.compile(r"^(critic/score/mean|reward/.+|val-(core|aux)/.+|response_length/mean|perf/total_num_tokens"
-                      r"|actor/entropy|batch/fingerprint)$")
+LEARNING = re.compile(
+    r"^(critic/score/mean|reward/.+|val-(core|aux)/.+|response_length/mean|perf/total_num_tokens"
+    r"|actor/entropy|batch/fingerprint)$"
+)
 FILE = "metrics-from-step-0.jsonl"
 
 

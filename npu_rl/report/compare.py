@@ -20,8 +20,17 @@ from .plots import Plot, plot_panel
 from .rules import validation_series
 from .scalars import Series, load_run
 from .thresholds import Thresholds
-from .throughput import (PARTS, STEP, THROUGHPUT, ThroughputCard, conditions, fmt, logged_devices,
-                         logged_sequences, throughput_card)
+from .throughput import (
+    PARTS,
+    STEP,
+    THROUGHPUT,
+    ThroughputCard,
+    conditions,
+    fmt,
+    logged_devices,
+    logged_sequences,
+    throughput_card,
+)
 
 ENTROPY, RESPONSE_LENGTH = "actor/entropy", "response_length/mean"
 
@@ -81,10 +90,18 @@ class Comparison:
 
     def to_markdown(self) -> str:
         verdict = "exceeds a tolerance" if self.failures else "within tolerance"
-        lines = [f"# Run comparison: {verdict}", "", f"BASE: {self.base.run_dir}", f"RUN:  {self.run.run_dir}", "",
-                 "| metric | BASE | RUN | RUN vs BASE | tolerance | verdict |", "|---|---|---|---|---|---|"]
-        lines += [f"| {c.metric} | {c.base} | {c.run} | {c.change} | {c.tolerance} | {c.verdict} |"
-                  for c in self.checks]
+        lines = [
+            f"# Run comparison: {verdict}",
+            "",
+            f"BASE: {self.base.run_dir}",
+            f"RUN:  {self.run.run_dir}",
+            "",
+            "| metric | BASE | RUN | RUN vs BASE | tolerance | verdict |",
+            "|---|---|---|---|---|---|",
+        ]
+        lines += [
+            f"| {c.metric} | {c.base} | {c.run} | {c.change} | {c.tolerance} | {c.verdict} |" for c in self.checks
+        ]
         lines += ["", "| measured on / figure | BASE | RUN |", "|---|---|---|"]
         lines += [f"| {what} | {b} | {r} |" for what, b, r in self.rows]
         lines += [""] + [f"- note: {n}" for n in self.notes()]
@@ -133,16 +150,24 @@ def condition_differences(base: Side, run: Side) -> list[str]:
     return diffs
 
 
-def _ratio_check(metric: str, b: float | None, r: float | None, limit: float, higher_is_worse: bool,
-                 unit: str) -> Check:
+def _ratio_check(
+    metric: str, b: float | None, r: float | None, limit: float, higher_is_worse: bool, unit: str
+) -> Check:
     tol = f"RUN/BASE {'<=' if higher_is_worse else '>='} {limit:.3g}"
     if b is None or r is None:
         return _missing(metric, b, r, unit, tol)
     ratio = r / b
     ok = ratio <= limit if higher_is_worse else ratio >= limit
     side_word = "above" if higher_is_worse else "below"
-    return Check(metric, f"{fmt(b)} {unit}", f"{fmt(r)} {unit}", f"x{ratio:.3f}", tol, ok,
-                 "" if ok else f"RUN/BASE {ratio:.3f} is {side_word} {limit:.3g} (BASE {fmt(b)}, RUN {fmt(r)} {unit})")
+    return Check(
+        metric,
+        f"{fmt(b)} {unit}",
+        f"{fmt(r)} {unit}",
+        f"x{ratio:.3f}",
+        tol,
+        ok,
+        "" if ok else f"RUN/BASE {ratio:.3f} is {side_word} {limit:.3g} (BASE {fmt(b)}, RUN {fmt(r)} {unit})",
+    )
 
 
 def _missing(metric: str, b: float | None, r: float | None, unit: str, tol: str) -> Check:
@@ -150,8 +175,9 @@ def _missing(metric: str, b: float | None, r: float | None, unit: str, tol: str)
     if b is not None and r is None:
         return Check(metric, f"{fmt(b)} {unit}", "-", "-", tol, False, "RUN did not log it")
     who = "neither run logged it" if b is None and r is None else "BASE did not log it"
-    return Check(metric, "-" if b is None else f"{fmt(b)} {unit}", "-" if r is None else f"{fmt(r)} {unit}",
-                 "-", tol, None, who)
+    return Check(
+        metric, "-" if b is None else f"{fmt(b)} {unit}", "-" if r is None else f"{fmt(r)} {unit}", "-", tol, None, who
+    )
 
 
 def _peak(s: Series | None) -> float | None:
@@ -177,10 +203,22 @@ def checks(base: Side, run: Side, t: Thresholds, learning: bool = False) -> list
     c = t.compare
     med = lambda s, k: s.card.medians.get(k) if s.card is not None else None  # noqa: E731
     out = [
-        _ratio_check(f"throughput ({THROUGHPUT}, median after warm-up)", med(base, "tps_device"),
-                     med(run, "tps_device"), 1 - c.throughput_drop, False, "tokens/s per device"),
-        _ratio_check(f"step time ({STEP}, median after warm-up)", med(base, "step_s"), med(run, "step_s"),
-                     1 + c.step_time_rise, True, "s"),
+        _ratio_check(
+            f"throughput ({THROUGHPUT}, median after warm-up)",
+            med(base, "tps_device"),
+            med(run, "tps_device"),
+            1 - c.throughput_drop,
+            False,
+            "tokens/s per device",
+        ),
+        _ratio_check(
+            f"step time ({STEP}, median after warm-up)",
+            med(base, "step_s"),
+            med(run, "step_s"),
+            1 + c.step_time_rise,
+            True,
+            "s",
+        ),
     ]
     m = c.peak_memory_metric
     b, r = _peak(base.series.get(m)), _peak(run.series.get(m))
@@ -190,8 +228,17 @@ def checks(base: Side, run: Side, t: Thresholds, learning: bool = False) -> list
     else:
         ok = r - b <= c.peak_memory_rise_gb
         d = round(r - b, 2) + 0.0  # no "-0.00"
-        out.append(Check(f"peak memory ({m}, max)", f"{b:.2f} GB", f"{r:.2f} GB", f"{d:+.2f} GB", tol, ok,
-                         "" if ok else f"RUN - BASE is {d:+.2f} GB, above +{c.peak_memory_rise_gb:g} GB"))
+        out.append(
+            Check(
+                f"peak memory ({m}, max)",
+                f"{b:.2f} GB",
+                f"{r:.2f} GB",
+                f"{d:+.2f} GB",
+                tol,
+                ok,
+                "" if ok else f"RUN - BASE is {d:+.2f} GB, above +{c.peak_memory_rise_gb:g} GB",
+            )
+        )
     out.append(_reward_check(base, run, t))
     return out
 
@@ -214,8 +261,15 @@ def _reward_check(base: Side, run: Side, t: Thresholds) -> Check:
     b, r = _window_mean(bs, common), _window_mean(rs, common)
     ok = abs(r - b) <= c.reward_mean_diff
     span = f" (steps {common[0]}-{common[-1]}, {len(common)} of BASE's {len(in_base)})" if common != in_base else ""
-    return Check(what, f"{b:.3f}", f"{r:.3f}", f"{r - b:+.3f}{span}", tol, ok,
-                 "" if ok else f"RUN - BASE is {r - b:+.3f}, beyond +-{c.reward_mean_diff:g}{span}")
+    return Check(
+        what,
+        f"{b:.3f}",
+        f"{r:.3f}",
+        f"{r - b:+.3f}{span}",
+        tol,
+        ok,
+        "" if ok else f"RUN - BASE is {r - b:+.3f}, beyond +-{c.reward_mean_diff:g}{span}",
+    )
 
 
 def _validation_checks(base: Side, run: Side, t: Thresholds) -> list[Check]:
@@ -237,8 +291,17 @@ def _validation_checks(base: Side, run: Side, t: Thresholds) -> list[Check]:
         step = common[-1]
         vb_, vr_ = float(b.value_at(step)), float(r.value_at(step))
         ok = abs(vr_ - vb_) <= limit
-        out.append(Check(what, f"{vb_:.4g} (step {step})", f"{vr_:.4g} (step {step})", f"{vr_ - vb_:+.4f}", tol, ok,
-                         "" if ok else f"RUN - BASE is {vr_ - vb_:+.4f} at step {step}, beyond +-{limit:g}"))
+        out.append(
+            Check(
+                what,
+                f"{vb_:.4g} (step {step})",
+                f"{vr_:.4g} (step {step})",
+                f"{vr_ - vb_:+.4f}",
+                tol,
+                ok,
+                "" if ok else f"RUN - BASE is {vr_ - vb_:+.4f} at step {step}, beyond +-{limit:g}",
+            )
+        )
     return out
 
 
@@ -298,31 +361,51 @@ def plot_comparison(base: Side, run: Side, t: Thresholds, out_dir: Path) -> list
             path = plot_panel(title, curves, [], [], out_dir / f"{slug}.png", list(lines), ylabel)
             plots.append(Plot(title, path, tuple(s.tag for s in curves)))
 
-    for tag, title, limit in ((STEP, "Step time, RUN/BASE", 1 + c.step_time_rise),
-                              (THROUGHPUT, "Throughput, RUN/BASE", 1 - c.throughput_drop)):
+    for tag, title, limit in (
+        (STEP, "Step time, RUN/BASE", 1 + c.step_time_rise),
+        (THROUGHPUT, "Throughput, RUN/BASE", 1 - c.throughput_drop),
+    ):
         if tag in base.series and tag in run.series:
-            add(title, [_ratio_series(f"{tag} RUN/BASE", base.series[tag], run.series[tag])],
-                [(1.0, "equal"), (limit, f"tolerance {limit:g}")], "RUN/BASE")
+            add(
+                title,
+                [_ratio_series(f"{tag} RUN/BASE", base.series[tag], run.series[tag])],
+                [(1.0, "equal"), (limit, f"tolerance {limit:g}")],
+                "RUN/BASE",
+            )
 
     def both(tag: str) -> list[Series]:
-        return [Series(f"{s.label} {tag}", s.series[tag].steps, s.series[tag].values)
-                for s in (base, run) if tag in s.series]
+        return [
+            Series(f"{s.label} {tag}", s.series[tag].steps, s.series[tag].values)
+            for s in (base, run)
+            if tag in s.series
+        ]
 
     add("Peak memory", both(c.peak_memory_metric), ylabel="GB")
     add("Training reward", both(c.reward_metric))
     vb, vr = validation_series(base.series), validation_series(run.series)
     for ds in sorted(set(vb) | set(vr)):
-        curves = [Series(f"{label} {pair['acc'].tag}", pair["acc"].steps, pair["acc"].values)
-                  for label, pair in (("BASE", vb.get(ds, {})), ("RUN", vr.get(ds, {}))) if "acc" in pair]
+        curves = [
+            Series(f"{label} {pair['acc'].tag}", pair["acc"].steps, pair["acc"].values)
+            for label, pair in (("BASE", vb.get(ds, {})), ("RUN", vr.get(ds, {})))
+            if "acc" in pair
+        ]
         add(f"Validation accuracy: {ds}", curves)
     add("Entropy", both(ENTROPY))
     add("Response length (mean)", both(RESPONSE_LENGTH))
     return plots
 
 
-def compare_runs(base_dir: str | Path, run_dir: str | Path, thresholds: Thresholds | Path | str | dict | None = None,
-                 *, base_recipe: Any = None, run_recipe: Any = None, out_dir: str | Path | None = None,
-                 force: bool = False, learning: bool = False) -> Comparison:
+def compare_runs(
+    base_dir: str | Path,
+    run_dir: str | Path,
+    thresholds: Thresholds | Path | str | dict | None = None,
+    *,
+    base_recipe: Any = None,
+    run_recipe: Any = None,
+    out_dir: str | Path | None = None,
+    force: bool = False,
+    learning: bool = False,
+) -> Comparison:
     """Compare RUN with BASE and write ``compare.json``, ``compare.md``, ``plots/*.png`` and
     ``compare.html`` to ``out_dir`` (default ``<RUN>/report/compare``). Runs of different recipes or
     conditions are a UserError unless ``force``."""
@@ -333,8 +416,11 @@ def compare_runs(base_dir: str | Path, run_dir: str | Path, thresholds: Threshol
     run = side("RUN", Path(run_dir), run_recipe, t)
     diffs = condition_differences(base, run)
     if diffs and not force:
-        raise UserError(f"not comparable: {diffs[0]}" + (f" (+{len(diffs) - 1} more)" if len(diffs) > 1 else "")
-                        + "; --force compares anyway")
+        raise UserError(
+            f"not comparable: {diffs[0]}"
+            + (f" (+{len(diffs) - 1} more)" if len(diffs) > 1 else "")
+            + "; --force compares anyway"
+        )
     comp = Comparison(base, run, checks(base, run, t, learning), rows(base, run), forced=diffs)
     out = Path(out_dir) if out_dir else run.run_dir / "report" / "compare"
     out.mkdir(parents=True, exist_ok=True)

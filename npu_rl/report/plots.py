@@ -39,7 +39,11 @@ def _panels(series: dict[str, Series], t: Thresholds) -> list[tuple[str, list[st
     ]
     for ds, pair in sorted(validation_series(series).items()):
         panels.append((f"Validation: {ds}", [s.tag for s in pair.values()], []))
-    return [(title, [m for m in tags if m in series], bands) for title, tags, bands in panels if any(m in series for m in tags)]
+    return [
+        (title, [m for m in tags if m in series], bands)
+        for title, tags, bands in panels
+        if any(m in series for m in tags)
+    ]
 
 
 def _slug(text: str) -> str:
@@ -47,8 +51,13 @@ def _slug(text: str) -> str:
 
 
 def plot_panel(
-    title: str, curves: list[Series], findings: list[Finding], bands: list[tuple[float, float]], path: Path,
-    lines: list[tuple[float, str]] = (), ylabel: str | None = None,
+    title: str,
+    curves: list[Series],
+    findings: list[Finding],
+    bands: list[tuple[float, float]],
+    path: Path,
+    lines: list[tuple[float, str]] = (),
+    ylabel: str | None = None,
 ) -> Path:
     """One chart of ``curves`` with the findings marked, healthy ``bands`` shaded and horizontal
     reference ``lines`` (value, label) drawn."""
@@ -61,19 +70,29 @@ def plot_panel(
     try:
         for s in curves:
             finite = np.isfinite(s.values)
-            ax.plot(s.steps, np.where(finite, s.values, np.nan), marker="." if len(s) < 60 else None, lw=1.5, label=s.tag)
+            ax.plot(
+                s.steps, np.where(finite, s.values, np.nan), marker="." if len(s) < 60 else None, lw=1.5, label=s.tag
+            )
         for lo, hi in bands:
             ax.axhspan(lo, hi, color="#2ca02c", alpha=0.08, label=f"healthy {lo:g}-{hi:g}")
         for i, (value, label) in enumerate(lines):
-            ax.axhline(value, color=("#555555", "#d62728", "#1f77b4")[i % 3], ls=(":", "--", "-.")[i % 3], lw=1.3,
-                       label=label)
+            ax.axhline(
+                value, color=("#555555", "#d62728", "#1f77b4")[i % 3], ls=(":", "--", "-.")[i % 3], lw=1.3, label=label
+            )
         ymin, ymax = ax.get_ylim()
         for s in curves:
             bad = ~np.isfinite(s.values)
             if bad.any():
                 # NaN/inf cannot be drawn on the axis; mark their steps at the bottom edge.
-                ax.scatter(s.steps[bad], np.full(bad.sum(), ymin), marker="x", color=COLORS[CRITICAL], zorder=5,
-                           label=f"{s.tag}: NaN/inf", clip_on=False)
+                ax.scatter(
+                    s.steps[bad],
+                    np.full(bad.sum(), ymin),
+                    marker="x",
+                    color=COLORS[CRITICAL],
+                    zorder=5,
+                    label=f"{s.tag}: NaN/inf",
+                    clip_on=False,
+                )
         ax.set_ylim(ymin, ymax)
         for f in findings:
             color = COLORS.get(f.severity, "gray")
@@ -146,13 +165,17 @@ def plot_throughput(card: ThroughputCard, out_dir: Path) -> list[Plot]:
     steps = np.array([s.step for s in card.per_step], dtype=np.int64)
 
     def curve(tag: str, field: str) -> Series:
-        return Series(tag, steps, np.array([np.nan if (v := getattr(s, field)) is None else v
-                                            for s in card.per_step], dtype=np.float64))
+        return Series(
+            tag,
+            steps,
+            np.array([np.nan if (v := getattr(s, field)) is None else v for s in card.per_step], dtype=np.float64),
+        )
 
     per_card = card.dies_per_card is not None
     unit = "tokens/s per card" if per_card else "tokens/s per device"
-    curves = [curve(f"verl {THROUGHPUT} per card" if per_card else THROUGHPUT,
-                    "tps_card" if per_card else "tps_device")]
+    curves = [
+        curve(f"verl {THROUGHPUT} per card" if per_card else THROUGHPUT, "tps_card" if per_card else "tps_device")
+    ]
     if per_card:
         curves.append(curve("MindSpeed-RL e2e_tps per card", "e2e_tps_card"))
     curves = [c for c in curves if np.isfinite(c.values).any()]

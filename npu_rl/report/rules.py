@@ -89,16 +89,27 @@ class Rule:
         return [self.finding(h) for h in (hits[:1] if self.scope == "first" else hits)]
 
     def finding(self, hit: Hit) -> Finding:
-        return Finding(rule=self.name, severity=CRITICAL if hit.critical else WARNING, metric=hit.metric,
-                       step=hit.step, value=hit.value, message=hit.message, check=self.check,
-                       end_step=hit.end_step)
+        return Finding(
+            rule=self.name,
+            severity=CRITICAL if hit.critical else WARNING,
+            metric=hit.metric,
+            step=hit.step,
+            value=hit.value,
+            message=hit.message,
+            check=self.check,
+            end_step=hit.end_step,
+        )
 
 
 RULES: list[Rule] = []
 
 
-def rule(scope: Scope, check: str, reads: tuple[str, str] | None = None,
-         skipped: Callable[[Context], str | None] | None = None):
+def rule(
+    scope: Scope,
+    check: str,
+    reads: tuple[str, str] | None = None,
+    skipped: Callable[[Context], str | None] | None = None,
+):
     """Register ``detect`` (returning hits in step order) as the rule named after it; see :class:`Rule`."""
 
     def register(detect: Callable[..., list[Hit]]):
@@ -157,8 +168,11 @@ def _hit(s: Series, a: int, b: int, message: str, critical: bool = False) -> Hit
 # --- rules ------------------------------------------------------------------------------
 
 
-@rule("every", "Training is numerically unstable. Check the first steps before it for grad_norm growth, "
-      "lower the learning rate, check bf16/fp32 settings and for empty or overlong responses.")
+@rule(
+    "every",
+    "Training is numerically unstable. Check the first steps before it for grad_norm growth, "
+    "lower the learning rate, check bf16/fp32 settings and for empty or overlong responses.",
+)
 def non_finite(ctx: Context) -> list[Hit]:
     """One finding per metric, spanning its first to its last NaN/inf."""
     hits = []
@@ -169,8 +183,15 @@ def non_finite(ctx: Context) -> list[Hit]:
         bad = ~np.isfinite(s.values)
         if bad.any():
             i, last = int(np.argmax(bad)), int(np.flatnonzero(bad)[-1])
-            hits.append(_hit(s, i, last, f"{metric} is {_fmt(s.values[i])} ({int(bad.sum())} of {len(s)} logged "
-                                         "steps)", critical=True))
+            hits.append(
+                _hit(
+                    s,
+                    i,
+                    last,
+                    f"{metric} is {_fmt(s.values[i])} ({int(bad.sum())} of {len(s)} logged steps)",
+                    critical=True,
+                )
+            )
     return hits
 
 
@@ -179,15 +200,21 @@ def _converged(ctx: Context) -> str | None:
         return None
     base, trained, step = ctx.eval_accuracy
     if trained > base and trained >= ctx.thresholds.entropy.converged_accuracy:
-        return (f"entropy_collapse rule skipped: held-out accuracy rose {base:.2f} -> {trained:.2f} at step {step} "
-                f"(at least {ctx.thresholds.entropy.converged_accuracy:g}%): a policy that stops exploring a task it "
-                "solves has converged.")
+        return (
+            f"entropy_collapse rule skipped: held-out accuracy rose {base:.2f} -> {trained:.2f} at step {step} "
+            f"(at least {ctx.thresholds.entropy.converged_accuracy:g}%): a policy that stops exploring a task it "
+            "solves has converged."
+        )
     return None
 
 
-@rule("every", "Mode collapse: the policy stopped exploring. Check the rollouts for one repeated answer, the "
-      "reward for a shortcut it exploits; consider a lower lr, entropy_coeff > 0 or a higher temperature.",
-      reads=("entropy", "metric"), skipped=_converged)
+@rule(
+    "every",
+    "Mode collapse: the policy stopped exploring. Check the rollouts for one repeated answer, the "
+    "reward for a shortcut it exploits; consider a lower lr, entropy_coeff > 0 or a higher temperature.",
+    reads=("entropy", "metric"),
+    skipped=_converged,
+)
 def entropy_collapse(t: th.Entropy, s: Series) -> list[Hit]:
     head = s.values[np.isfinite(s.values)][: t.baseline_points]
     if not len(head):
@@ -195,39 +222,59 @@ def entropy_collapse(t: th.Entropy, s: Series) -> list[Hit]:
     start = float(np.median(head))
     limit = max(min(t.warn_below, t.fall_fraction * start), t.relative_floor * start)
     return [
-        _hit(s, a, b, f"entropy fell to {_fmt(s.values[a])} (started at {_fmt(start)}; limit {_fmt(limit)}) "
-                      f"and stayed there for {b - a + 1} logged steps",
-             critical=bool(np.any(s.values[a : b + 1] < t.critical_below)))
+        _hit(
+            s,
+            a,
+            b,
+            f"entropy fell to {_fmt(s.values[a])} (started at {_fmt(start)}; limit {_fmt(limit)}) "
+            f"and stayed there for {b - a + 1} logged steps",
+            critical=bool(np.any(s.values[a : b + 1] < t.critical_below)),
+        )
         for a, b in runs(_finite_less(s.values, limit), t.min_points)
     ]
 
 
-@rule("first", "The policy moves far from the reference model. Check kl_loss_coef and the learning rate, "
-      "and whether the reward pulls the model somewhere degenerate.", reads=("kl", "metric"))
+@rule(
+    "first",
+    "The policy moves far from the reference model. Check kl_loss_coef and the learning rate, "
+    "and whether the reward pulls the model somewhere degenerate.",
+    reads=("kl", "metric"),
+)
 def kl_explosion(t: th.Kl, s: Series) -> list[Hit]:
     """Scope first: later stretches above the limit add nothing to what to check."""
-    return [_hit(s, a, b, f"KL loss {_fmt(s.values[a])} exceeds {_fmt(t.explode_above)}")
-            for a, b in runs(_finite_greater(s.values, t.explode_above))]
+    return [
+        _hit(s, a, b, f"KL loss {_fmt(s.values[a])} exceeds {_fmt(t.explode_above)}")
+        for a, b in runs(_finite_greater(s.values, t.explode_above))
+    ]
 
 
-@rule("first", "The model is not learning (or the reference is the policy itself). Check the learning rate, "
-      "that the actor's gradients are non-zero (actor/grad_norm) and the reward's variance within groups.",
-      reads=("kl", "metric"))
+@rule(
+    "first",
+    "The model is not learning (or the reference is the policy itself). Check the learning rate, "
+    "that the actor's gradients are non-zero (actor/grad_norm) and the reward's variance within groups.",
+    reads=("kl", "metric"),
+)
 def kl_flat_zero(t: th.Kl, s: Series) -> list[Hit]:
     """Scope first: a policy that stopped moving once is the finding; later stretches repeat it."""
     # The first step's KL is 0 by construction (policy == reference); flat afterwards is not.
     later = s.values[1:]
     flat = np.isfinite(later) & (np.abs(later) <= t.flat_below)
-    return [_hit(s, a + 1, b + 1, f"KL loss stays at 0 for {b - a + 1} logged steps while training should move "
-                                  "the policy")
-            for a, b in runs(flat, t.flat_points)]
+    return [
+        _hit(s, a + 1, b + 1, f"KL loss stays at 0 for {b - a + 1} logged steps while training should move the policy")
+        for a, b in runs(flat, t.flat_points)
+    ]
 
 
-@rule("every", "Updates are too aggressive. Lower the learning rate or ppo_epochs, or use larger mini-batches.",
-      reads=("pg_clipfrac", "metric"))
+@rule(
+    "every",
+    "Updates are too aggressive. Lower the learning rate or ppo_epochs, or use larger mini-batches.",
+    reads=("pg_clipfrac", "metric"),
+)
 def clipfrac_high(t: th.ClipFrac, s: Series) -> list[Hit]:
-    return [_hit(s, a, b, f"pg_clipfrac above {t.high_above:.0%} for {b - a + 1} logged steps (healthy: 10-25%)")
-            for a, b in runs(_finite_greater(s.values, t.high_above), t.min_points)]
+    return [
+        _hit(s, a, b, f"pg_clipfrac above {t.high_above:.0%} for {b - a + 1} logged steps (healthy: 10-25%)")
+        for a, b in runs(_finite_greater(s.values, t.high_above), t.min_points)
+    ]
 
 
 def _clip_fraction_zero_by_construction(ctx: Context) -> str | None:
@@ -238,16 +285,24 @@ def _clip_fraction_zero_by_construction(ctx: Context) -> str | None:
     finite = s.values[np.isfinite(s.values)]
     zero = len(finite) and float(np.max(np.abs(finite))) <= t.on_policy_zero
     if ctx.on_policy or zero:
-        return ("pg_clipfrac low-side rule skipped: one optimizer step per batch (on-policy) makes the clip "
-                "fraction 0 by construction.")
+        return (
+            "pg_clipfrac low-side rule skipped: one optimizer step per batch (on-policy) makes the clip "
+            "fraction 0 by construction."
+        )
     return None
 
 
-@rule("every", "The constraint may be too strong or the learning rate too low: check lr and the clip ratio.",
-      reads=("pg_clipfrac", "metric"), skipped=_clip_fraction_zero_by_construction)
+@rule(
+    "every",
+    "The constraint may be too strong or the learning rate too low: check lr and the clip ratio.",
+    reads=("pg_clipfrac", "metric"),
+    skipped=_clip_fraction_zero_by_construction,
+)
 def clipfrac_low(t: th.ClipFrac, s: Series) -> list[Hit]:
-    return [_hit(s, a, b, f"pg_clipfrac below {t.low_below:.0%} for {b - a + 1} logged steps (healthy: 10-25%)")
-            for a, b in runs(_finite_less(s.values, t.low_below), t.min_points)]
+    return [
+        _hit(s, a, b, f"pg_clipfrac below {t.low_below:.0%} for {b - a + 1} logged steps (healthy: 10-25%)")
+        for a, b in runs(_finite_less(s.values, t.low_below), t.min_points)
+    ]
 
 
 def _jumps(
@@ -258,41 +313,65 @@ def _jumps(
     return [(a, b, float(med[a])) for a, b in runs(mask)]
 
 
-@rule("every", "A possible precursor of gradient explosion. Check the batch of that step (very long or "
-      "degenerate responses), gradient clipping and the learning rate.", reads=("grad_norm", "metric"))
+@rule(
+    "every",
+    "A possible precursor of gradient explosion. Check the batch of that step (very long or "
+    "degenerate responses), gradient clipping and the learning rate.",
+    reads=("grad_norm", "metric"),
+)
 def grad_norm_spike(t: th.GradNorm, s: Series) -> list[Hit]:
     spikes = _jumps(s, lambda v, m: _finite_greater(v - t.spike_factor * m, 0) & (m > 0), t.window, t.min_history)
-    return [_hit(s, a, b, f"grad_norm {_fmt(s.values[a])} is {s.values[a] / med:.1f}x its running median {_fmt(med)}")
-            for a, b, med in spikes]
+    return [
+        _hit(s, a, b, f"grad_norm {_fmt(s.values[a])} is {s.values[a] / med:.1f}x its running median {_fmt(med)}")
+        for a, b, med in spikes
+    ]
 
 
 def _length_jumps(t: th.ResponseLength, s: Series, factor: float, above: bool, verb: str, digits: int) -> list[Hit]:
     beyond = _finite_greater if above else _finite_less
     jumps = _jumps(s, lambda v, m: beyond(v - factor * m, 0), t.window, t.min_history)
-    return [_hit(s, a, b, f"mean response length {verb} {_fmt(s.values[a])} tokens ({s.values[a] / med:.{digits}f}x "
-                          f"its running median {_fmt(med)})")
-            for a, b, med in jumps]
+    return [
+        _hit(
+            s,
+            a,
+            b,
+            f"mean response length {verb} {_fmt(s.values[a])} tokens ({s.values[a] / med:.{digits}f}x "
+            f"its running median {_fmt(med)})",
+        )
+        for a, b, med in jumps
+    ]
 
 
-@rule("every", "Possible degeneration: read the rollouts of that step for rambling or repeated text.",
-      reads=("response_length", "metric"))
+@rule(
+    "every",
+    "Possible degeneration: read the rollouts of that step for rambling or repeated text.",
+    reads=("response_length", "metric"),
+)
 def length_rise(t: th.ResponseLength, s: Series) -> list[Hit]:
     return _length_jumps(t, s, t.rise_factor, True, "jumped to", 1)
 
 
-@rule("every", "Possible lazy collapse: check the rollouts for near-empty answers and the reward for "
-      "paying short outputs.", reads=("response_length", "metric"))
+@rule(
+    "every",
+    "Possible lazy collapse: check the rollouts for near-empty answers and the reward for paying short outputs.",
+    reads=("response_length", "metric"),
+)
 def length_collapse(t: th.ResponseLength, s: Series) -> list[Hit]:
     return _length_jumps(t, s, t.drop_factor, False, "fell to", 2)
 
 
-@rule("first", "Answers are cut off before they finish, so they cannot be graded correct. Raise "
-      "data.max_response_length, or check the rollouts for endless repetition.",
-      reads=("response_length", "clip_metric"))
+@rule(
+    "first",
+    "Answers are cut off before they finish, so they cannot be graded correct. Raise "
+    "data.max_response_length, or check the rollouts for endless repetition.",
+    reads=("response_length", "clip_metric"),
+)
 def length_clipped(t: th.ResponseLength, c: Series) -> list[Hit]:
     """Scope first: once answers are cut off, the limit is what to raise; later stretches say the same."""
-    return [_hit(c, a, b, f"{c.values[a]:.0%} of responses hit max_response_length, for {b - a + 1} logged steps")
-            for a, b in runs(c.values >= t.clip_near_one, t.clip_points)]
+    return [
+        _hit(c, a, b, f"{c.values[a]:.0%} of responses hit max_response_length, for {b - a + 1} logged steps")
+        for a, b in runs(c.values >= t.clip_near_one, t.clip_points)
+    ]
 
 
 _VAL_TAG = re.compile(r"^val-(?:core|aux)/(?P<ds>.+)/(?P<var>reward|acc|boxed)/mean@(?P<n>\d+)$")
@@ -345,8 +424,11 @@ def _reward_rises(ctx: Context) -> list[_RewardRise]:
     return rises
 
 
-@rule("every", "Reward hacking: the policy earns reward without solving more problems. Read validation "
-      "generations for format-only answers, and check the reward's format/cot weights.")
+@rule(
+    "every",
+    "Reward hacking: the policy earns reward without solving more problems. Read validation "
+    "generations for format-only answers, and check the reward's format/cot weights.",
+)
 def reward_hacking(ctx: Context) -> list[Hit]:
     """One finding per validation data source: its last stretch of reward up while accuracy is not."""
     t = ctx.thresholds.reward_hacking
@@ -364,14 +446,24 @@ def reward_hacking(ctx: Context) -> list[Hit]:
         if not cond[-1]:
             continue
         start = runs(cond)[-1][0]
-        hits.append(Hit(r.tag, int(steps[start]), float(rv[start]),
-                        f"{rise.source}: validation reward rose {_fmt(rv[0])} -> {_fmt(rv[-1])} while its accuracy "
-                        f"part stayed {_fmt(av[0])} -> {_fmt(av[-1])}", int(steps[-1])))
+        hits.append(
+            Hit(
+                r.tag,
+                int(steps[start]),
+                float(rv[start]),
+                f"{rise.source}: validation reward rose {_fmt(rv[0])} -> {_fmt(rv[-1])} while its accuracy "
+                f"part stayed {_fmt(av[0])} -> {_fmt(av[-1])}",
+                int(steps[-1]),
+            )
+        )
     return hits
 
 
-@rule("every", "The evaluation does not confirm the reward's gain: inspect the evaluated samples and the "
-      "reward function before trusting the validation curve.")
+@rule(
+    "every",
+    "The evaluation does not confirm the reward's gain: inspect the evaluated samples and the "
+    "reward function before trusting the validation curve.",
+)
 def reward_hacking_eval(ctx: Context) -> list[Hit]:
     """At most one finding: the evaluation table against the last data source whose reward rose."""
     rises = _reward_rises(ctx)
@@ -381,9 +473,15 @@ def reward_hacking_eval(ctx: Context) -> list[Hit]:
     if trained - base > ctx.thresholds.reward_hacking.eval_min_gain_points:
         return []
     rise = rises[-1]
-    return [Hit("eval/accuracy", step, trained,
-                f"validation reward rose {_fmt(rise.first)} -> {_fmt(rise.last)} (from step {rise.rose_at}) but "
-                f"evaluation accuracy went {base:.2f} -> {trained:.2f}")]
+    return [
+        Hit(
+            "eval/accuracy",
+            step,
+            trained,
+            f"validation reward rose {_fmt(rise.first)} -> {_fmt(rise.last)} (from step {rise.rose_at}) but "
+            f"evaluation accuracy went {base:.2f} -> {trained:.2f}",
+        )
+    ]
 
 
 def apply_rules(ctx: Context) -> list[Finding]:

@@ -87,10 +87,11 @@ class Compare(Strict):
     validation_acc_diff: float = Field(ge=0, le=1)
 
     @model_validator(mode="after")
-    def _window(self) -> "Compare":
+    def _window(self) -> Compare:
         if self.reward_last_step < self.reward_first_step:
-            raise ValueError(f"reward_last_step ({self.reward_last_step}) is before reward_first_step "
-                             f"({self.reward_first_step})")
+            raise ValueError(
+                f"reward_last_step ({self.reward_last_step}) is before reward_first_step ({self.reward_first_step})"
+            )
         return self
 
 

@@ -38,7 +38,7 @@ PARTS = ("generation", "weight sync/dispatch", "old_log_prob", "ref", "update", 
 # MindSpeed-RL compute_tps (Ascend/MindSpeed-RL mindspeed_rl/utils/utils.py:290-303; docs/zh/algorithms/grpo.md,
 # "e2e_tps计算方式"). Its world size is every NPU of the job (actor, reference and reward; the actor's alone
 # when they share them), here the recipe's devices: verl's roles share one pool of them.
-E2E_FORMULA = ("(prompt_length/mean + response_length/mean) x global batch x n / world size / timing_s/step")
+E2E_FORMULA = "(prompt_length/mean + response_length/mean) x global batch x n / world size / timing_s/step"
 
 
 @dataclass(frozen=True)
@@ -52,9 +52,15 @@ class StepThroughput:
     seconds: dict[str, float]  # PARTS -> seconds of this step
 
     def to_dict(self) -> dict:
-        return {"step": self.step, "step_s": self.step_s, "tps_device": self.tps_device,
-                "tps_card": self.tps_card, "e2e_tps_device": self.e2e_tps_device,
-                "e2e_tps_card": self.e2e_tps_card, "seconds": self.seconds}
+        return {
+            "step": self.step,
+            "step_s": self.step_s,
+            "tps_device": self.tps_device,
+            "tps_card": self.tps_card,
+            "e2e_tps_device": self.e2e_tps_device,
+            "e2e_tps_card": self.e2e_tps_card,
+            "seconds": self.seconds,
+        }
 
 
 @dataclass(frozen=True)
@@ -82,7 +88,7 @@ class ThroughputCard:
 
     @property
     def measured(self) -> list[StepThroughput]:
-        return self.per_step[self.warmup_steps:]
+        return self.per_step[self.warmup_steps :]
 
     @property
     def measured_range(self) -> str:
@@ -110,17 +116,25 @@ class ThroughputCard:
     def text_lines(self) -> list[str]:
         """The card as a few plain-text lines (the report's Markdown and the demo's summary)."""
         m = self.medians
-        lines = [f"median of steps {self.measured_range} ({len(self.measured)} steps; "
-                 f"{self.warmup_steps} warm-up step(s) dropped)"]
+        lines = [
+            f"median of steps {self.measured_range} ({len(self.measured)} steps; "
+            f"{self.warmup_steps} warm-up step(s) dropped)"
+        ]
         lines.append("measured on: " + ", ".join(f"{k} {v}" for k, v in self.conditions + self.logged))
-        per_card = (f" = {fmt(m['tps_card'])} per card ({self.dies_per_card} {_dies(self.dies_per_card)} per card)"
-                    if m.get("tps_card") is not None else "")
+        per_card = (
+            f" = {fmt(m['tps_card'])} per card ({self.dies_per_card} {_dies(self.dies_per_card)} per card)"
+            if m.get("tps_card") is not None
+            else ""
+        )
         lines.append(f"verl perf/throughput: {fmt(m['tps_device'])} tokens/s per device{per_card}")
         if m.get("e2e_tps_device") is not None:
-            lines.append(f"MindSpeed-RL e2e_tps: {fmt(m['e2e_tps_device'])} tokens/s per device = "
-                         f"{fmt(m['e2e_tps_card'])} per card; {E2E_FORMULA}")
-        lines.append(f"step time: {m['step_s']:.3g} s; shares: "
-                     + ", ".join(f"{p} {self.shares[p]:.0%}" for p in PARTS))
+            lines.append(
+                f"MindSpeed-RL e2e_tps: {fmt(m['e2e_tps_device'])} tokens/s per device = "
+                f"{fmt(m['e2e_tps_card'])} per card; {E2E_FORMULA}"
+            )
+        lines.append(
+            f"step time: {m['step_s']:.3g} s; shares: " + ", ".join(f"{p} {self.shares[p]:.0%}" for p in PARTS)
+        )
         for r in self.references:
             vs = f" (this run: {r.ratio:.2f}x)" if r.ratio is not None else ""
             lines.append(f"published: {r.name}: {fmt(r.value)} {r.unit}{vs} (source: npu_rl/report/published.yaml)")
@@ -183,8 +197,10 @@ def _layout(recipe: Any) -> str:
     act = recipe.actor
     if act.strategy != "megatron":
         return act.strategy
-    return (f"megatron TP{act.tensor_model_parallel_size} PP{act.pipeline_model_parallel_size} "
-            f"EP{act.expert_model_parallel_size}")
+    return (
+        f"megatron TP{act.tensor_model_parallel_size} PP{act.pipeline_model_parallel_size} "
+        f"EP{act.expert_model_parallel_size}"
+    )
 
 
 def _condition_rows(recipe: Any, c: dict[str, Any], hw: references.Hardware) -> list[tuple[str, str]]:
@@ -210,8 +226,13 @@ def _seconds(at: dict[str, float]) -> dict[str, float]:
     gen, generate = at.get(GEN), at.get(GENERATE)
     generation = generate if generate is not None else (gen or 0.0)
     weight_sync = max(0.0, gen - generate) if gen is not None and generate is not None else 0.0
-    parts = {"generation": generation, "weight sync/dispatch": weight_sync, "old_log_prob": at.get(OLD_LOG_PROB, 0.0),
-             "ref": at.get(REF, 0.0), "update": sum(at.get(k, 0.0) for k in UPDATES)}
+    parts = {
+        "generation": generation,
+        "weight sync/dispatch": weight_sync,
+        "old_log_prob": at.get(OLD_LOG_PROB, 0.0),
+        "ref": at.get(REF, 0.0),
+        "update": sum(at.get(k, 0.0) for k in UPDATES),
+    }
     parts["other"] = max(0.0, step - sum(parts.values()))
     return parts
 
@@ -232,32 +253,52 @@ def throughput_card(series: dict[str, Series], recipe: Any = None, warmup_steps:
         tps = at.get(THROUGHPUT)
         e2e = None
         if cond is not None and PROMPT_MEAN in at and RESPONSE_MEAN in at:
-            e2e = ((at[PROMPT_MEAN] + at[RESPONSE_MEAN]) * cond["global_batch"] * cond["n"]
-                   / cond["devices"] / at[STEP])
+            e2e = (at[PROMPT_MEAN] + at[RESPONSE_MEAN]) * cond["global_batch"] * cond["n"] / cond["devices"] / at[STEP]
         per_card = hw.dies_per_card if hw is not None else None
-        per_step.append(StepThroughput(
-            step=step, step_s=at[STEP], tps_device=tps,
-            tps_card=tps * per_card if tps is not None and per_card else None,
-            e2e_tps_device=e2e, e2e_tps_card=e2e * per_card if e2e is not None and per_card else None,
-            seconds=_seconds(at)))
+        per_step.append(
+            StepThroughput(
+                step=step,
+                step_s=at[STEP],
+                tps_device=tps,
+                tps_card=tps * per_card if tps is not None and per_card else None,
+                e2e_tps_device=e2e,
+                e2e_tps_card=e2e * per_card if e2e is not None and per_card else None,
+                seconds=_seconds(at),
+            )
+        )
     # Keep at least one measured step: a run shorter than the warm-up is shown whole, and says so.
     dropped = min(warmup_steps, len(per_step) - 1)
     measured = per_step[dropped:]
-    medians = {k: _median([getattr(s, k) for s in measured])
-               for k in ("step_s", "tps_device", "tps_card", "e2e_tps_device", "e2e_tps_card")}
+    medians = {
+        k: _median([getattr(s, k) for s in measured])
+        for k in ("step_s", "tps_device", "tps_card", "e2e_tps_device", "e2e_tps_card")
+    }
     total = sum(s.step_s for s in measured)
     shares = {p: sum(s.seconds[p] for s in measured) / total for p in PARTS}
-    card = ThroughputCard(warmup_steps=dropped, per_step=per_step, medians=medians, shares=shares,
-                          conditions=_condition_rows(recipe, cond, hw) if cond else [],
-                          logged=_logged(series, [s.step for s in measured]))
+    card = ThroughputCard(
+        warmup_steps=dropped,
+        per_step=per_step,
+        medians=medians,
+        shares=shares,
+        conditions=_condition_rows(recipe, cond, hw) if cond else [],
+        logged=_logged(series, [s.step for s in measured]),
+    )
     if dropped < warmup_steps:
-        card.notes.append(f"the run has {len(per_step)} timed step(s): {dropped} of the {warmup_steps} warm-up "
-                          "step(s) dropped")
+        card.notes.append(
+            f"the run has {len(per_step)} timed step(s): {dropped} of the {warmup_steps} warm-up step(s) dropped"
+        )
     if hw is not None:
         card.dies_per_card, card.card, card.device = hw.dies_per_card, hw.card, hw.device
-        card.references = [Reference(p.name, p.value, p.unit, p.source,
-                                     medians["e2e_tps_card"] / p.value if medians["e2e_tps_card"] else None)
-                           for p in references.matching(cond)]
+        card.references = [
+            Reference(
+                p.name,
+                p.value,
+                p.unit,
+                p.source,
+                medians["e2e_tps_card"] / p.value if medians["e2e_tps_card"] else None,
+            )
+            for p in references.matching(cond)
+        ]
         card.notes += _disagreements(series, [s.step for s in measured], cond)
     else:
         card.notes.append("no recipe: per-card figures, e2e_tps and the run's conditions need --recipe")
@@ -282,8 +323,9 @@ def logged_sequences(series: dict[str, Series], steps: list[int]) -> float | Non
     """Sequences per step: total tokens / (mean prompt + mean response length) of the same batch."""
     vals = []
     for s in steps:
-        tot, p, r = (series[k].value_at(s) if k in series else math.nan
-                     for k in (TOTAL_TOKENS, PROMPT_MEAN, RESPONSE_MEAN))
+        tot, p, r = (
+            series[k].value_at(s) if k in series else math.nan for k in (TOTAL_TOKENS, PROMPT_MEAN, RESPONSE_MEAN)
+        )
         if all(math.isfinite(v) for v in (tot, p, r)) and p + r > 0:
             vals.append(tot / (p + r))
     return _median(vals)
@@ -310,8 +352,10 @@ def _disagreements(series: dict[str, Series], steps: list[int], cond: dict[str, 
     seqs, devices = logged_sequences(series, steps), logged_devices(series, steps)
     want = cond["global_batch"] * cond["n"]
     if seqs is not None and abs(seqs - want) > 0.01 * want:
-        notes.append(f"the run logged {seqs:.0f} sequences per step but the recipe says {cond['global_batch']} x "
-                     f"{cond['n']} = {want}: the recipe does not describe this run, and e2e_tps is off by as much")
+        notes.append(
+            f"the run logged {seqs:.0f} sequences per step but the recipe says {cond['global_batch']} x "
+            f"{cond['n']} = {want}: the recipe does not describe this run, and e2e_tps is off by as much"
+        )
     if devices is not None and abs(devices - cond["devices"]) > 0.01 * cond["devices"]:
         notes.append(f"verl counted {devices:.0f} devices but the recipe says {cond['devices']}")
     return notes

@@ -5,8 +5,9 @@ baseline in benchmarks/reshard_bench.py."""
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any, Mapping
+from typing import Any
 
 import torch
 import torch.distributed as dist
@@ -52,7 +53,10 @@ def make_groups(plan: Plan, rank: int) -> Groups:
 
 
 def allgather_reshard(
-    plan: Plan, rank: int, train_shards: Mapping[str, torch.Tensor], infer_shards: Mapping[str, torch.Tensor],
+    plan: Plan,
+    rank: int,
+    train_shards: Mapping[str, torch.Tensor],
+    infer_shards: Mapping[str, torch.Tensor],
     groups: Groups,
 ) -> int:
     """Fill ``infer_shards`` by materialising every full parameter; returns the peak full-tensor bytes."""
@@ -82,12 +86,14 @@ def allgather_reshard(
                 dist.all_gather(bufs, t, group=grp)
                 # new_group orders members by global rank; each member's coordinate names its piece.
                 for r, b in zip(sorted(ranks), bufs):
-                    gathered[k[:dim] + (lay.coords(r)[axis],) + k[dim + 1:]] = b
+                    gathered[k[:dim] + (lay.coords(r)[axis],) + k[dim + 1 :]] = b
             pieces = gathered
         full = torch.empty(p.shape, dtype=dtype)
         for k, t in pieces.items():
             insert(full, [g.train_runs[d][k[d]] for d in range(len(k))], t)
         ikey = g.infer_key(plan.infer.coords(rank))
         infer_shards[p.name].copy_(extract(full, [g.infer_runs[d][ikey[d]] for d in range(len(ikey))]))
-        peak = max(peak, full.numel() * full.element_size() + sum(t.numel() * t.element_size() for t in pieces.values()))
+        peak = max(
+            peak, full.numel() * full.element_size() + sum(t.numel() * t.element_size() for t in pieces.values())
+        )
     return peak

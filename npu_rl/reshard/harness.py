@@ -5,8 +5,9 @@ from __future__ import annotations
 
 import multiprocessing as mp
 import traceback
+from collections.abc import Callable
 from datetime import timedelta
-from typing import Any, Callable
+from typing import Any
 
 import torch
 import torch.distributed as dist
@@ -21,7 +22,10 @@ def _entry(rank: int, world: int, port: int, fn, args, queue, timeout_s: float) 
     try:
         torch.set_num_threads(1)
         dist.init_process_group(
-            "gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=world,
+            "gloo",
+            init_method=f"tcp://127.0.0.1:{port}",
+            rank=rank,
+            world_size=world,
             timeout=timedelta(seconds=timeout_s),
         )
         result = fn(rank, world, *args)
@@ -68,10 +72,7 @@ def run_ranks(world: int, fn: Callable[..., Any], *args: Any, timeout_s: float =
 def full_weights(plan: Plan, seed: int = 0) -> dict[str, torch.Tensor]:
     """Deterministic random full parameters (identical on every rank)."""
     gen = torch.Generator().manual_seed(seed)
-    return {
-        p.name: torch.randn(p.shape, generator=gen, dtype=torch.float32).to(_DTYPES[p.dtype])
-        for p in plan.params
-    }
+    return {p.name: torch.randn(p.shape, generator=gen, dtype=torch.float32).to(_DTYPES[p.dtype]) for p in plan.params}
 
 
 def train_shards(plan: Plan, rank: int, full: dict[str, torch.Tensor], experts_as_list: bool = False):
@@ -101,4 +102,3 @@ def blank_infer_shards(plan: Plan, rank: int) -> dict[str, torch.Tensor]:
         p.name: torch.full(plan.infer_shape(i, rank), float("nan"), dtype=_DTYPES[p.dtype])
         for i, p in enumerate(plan.params)
     }
-

@@ -34,9 +34,7 @@ class TrainLayout:
         for name in ("world", "tp", "pp", "ep"):
             _positive(f"training {name}", getattr(self, name))
         if self.world % (self.tp * self.pp):
-            raise ReshardLayoutError(
-                f"training TP*PP ({self.tp}*{self.pp}) does not divide the {self.world} ranks"
-            )
+            raise ReshardLayoutError(f"training TP*PP ({self.tp}*{self.pp}) does not divide the {self.world} ranks")
         if self.dp % self.ep:
             raise ReshardLayoutError(
                 f"training EP {self.ep} does not divide the data-parallel size {self.dp} "
@@ -45,9 +43,7 @@ class TrainLayout:
         if self.layers_per_stage is not None:
             object.__setattr__(self, "layers_per_stage", tuple(self.layers_per_stage))
             if len(self.layers_per_stage) != self.pp:
-                raise ReshardLayoutError(
-                    f"layers_per_stage has {len(self.layers_per_stage)} entries for PP {self.pp}"
-                )
+                raise ReshardLayoutError(f"layers_per_stage has {len(self.layers_per_stage)} entries for PP {self.pp}")
             if any(n < 1 for n in self.layers_per_stage):
                 raise ReshardLayoutError(f"layers_per_stage {list(self.layers_per_stage)} has an empty stage")
 

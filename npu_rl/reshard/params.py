@@ -73,11 +73,21 @@ class ModelShapes:
     dtype: str = "bfloat16"
 
     @classmethod
-    def tiny(cls, **kw: int) -> "ModelShapes":
+    def tiny(cls, **kw: int) -> ModelShapes:
         """Same structure at toy sizes, for multi-process CPU tests."""
         base = dict(
-            num_layers=4, first_k_dense=1, hidden=16, intermediate=32, moe_intermediate=8, num_experts=16,
-            vocab=64, num_heads=4, q_lora_rank=8, kv_lora_rank=8, qk_nope_head_dim=4, qk_rope_head_dim=2,
+            num_layers=4,
+            first_k_dense=1,
+            hidden=16,
+            intermediate=32,
+            moe_intermediate=8,
+            num_experts=16,
+            vocab=64,
+            num_heads=4,
+            q_lora_rank=8,
+            kv_lora_rank=8,
+            qk_nope_head_dim=4,
+            qk_rope_head_dim=2,
             v_head_dim=4,
         )
         base.update(kw)
@@ -101,13 +111,16 @@ def model_params(m: ModelShapes) -> list[ParamSpec]:
             # MLA: the low-rank down projections are replicated, the per-head up projections are TP-split by head.
             p(pre + "self_attn.q_a_proj.weight", (m.q_lora_rank, h), i, rep),
             p(pre + "self_attn.q_a_layernorm.weight", (m.q_lora_rank,), i, (None,)),
-            p(pre + "self_attn.q_b_proj.weight", (m.num_heads * qk_head, m.q_lora_rank), i, col,
-              granule=(qk_head, 1)),
+            p(pre + "self_attn.q_b_proj.weight", (m.num_heads * qk_head, m.q_lora_rank), i, col, granule=(qk_head, 1)),
             p(pre + "self_attn.kv_a_proj_with_mqa.weight", (m.kv_lora_rank + m.qk_rope_head_dim, h), i, rep),
             p(pre + "self_attn.kv_a_layernorm.weight", (m.kv_lora_rank,), i, (None,)),
-            p(pre + "self_attn.kv_b_proj.weight",
-              (m.num_heads * (m.qk_nope_head_dim + m.v_head_dim), m.kv_lora_rank), i, col,
-              granule=(m.qk_nope_head_dim + m.v_head_dim, 1)),
+            p(
+                pre + "self_attn.kv_b_proj.weight",
+                (m.num_heads * (m.qk_nope_head_dim + m.v_head_dim), m.kv_lora_rank),
+                i,
+                col,
+                granule=(m.qk_nope_head_dim + m.v_head_dim, 1),
+            ),
             p(pre + "self_attn.o_proj.weight", (h, m.num_heads * m.v_head_dim), i, row, granule=(1, m.v_head_dim)),
             p(pre + "post_attention_layernorm.weight", (h,), i, (None,)),
         ]
@@ -125,10 +138,21 @@ def model_params(m: ModelShapes) -> list[ParamSpec]:
             p(pre + "mlp.shared_experts.down_proj.weight", (h, shared), i, row),
             # Routed experts: Megatron splits them over EP and (ETP = TP) inside each expert;
             # vLLM with expert parallelism keeps every expert whole on one rank.
-            p(pre + "mlp.experts.w13_weight", (m.num_experts, 2 * m.moe_intermediate, h), i,
-              ("ep", "tp", None), ("ep", None, None), fused=(1, 2, 1)),
-            p(pre + "mlp.experts.w2_weight", (m.num_experts, h, m.moe_intermediate), i,
-              ("ep", None, "tp"), ("ep", None, None)),
+            p(
+                pre + "mlp.experts.w13_weight",
+                (m.num_experts, 2 * m.moe_intermediate, h),
+                i,
+                ("ep", "tp", None),
+                ("ep", None, None),
+                fused=(1, 2, 1),
+            ),
+            p(
+                pre + "mlp.experts.w2_weight",
+                (m.num_experts, h, m.moe_intermediate),
+                i,
+                ("ep", None, "tp"),
+                ("ep", None, None),
+            ),
         ]
     out += [
         p("model.norm.weight", (h,), m.num_layers, (None,)),

@@ -14,9 +14,10 @@ one ``all_to_all_single`` (alltoallv) over all ranks.
 from __future__ import annotations
 
 import itertools
+from collections.abc import Iterable
 from dataclasses import dataclass, field
-from functools import lru_cache
-from typing import Iterable, NamedTuple
+from functools import cache
+from typing import NamedTuple
 
 from .layout import InferLayout, ReshardLayoutError, TrainLayout, check_pair
 from .params import EMBED_LAYER, ParamSpec
@@ -81,13 +82,17 @@ class ShardGeometry:
             raise ValueError(f"{param.name}: split spec does not match its {len(param.shape)} dimensions")
         f, gr = param.fuse, param.grain
         self.train_runs = [
-            [dim_intervals(param.shape[d], self.train_parts[d], t, f[d], f"{param.name} (training)", gr[d])
-             for t in range(self.train_parts[d])]
+            [
+                dim_intervals(param.shape[d], self.train_parts[d], t, f[d], f"{param.name} (training)", gr[d])
+                for t in range(self.train_parts[d])
+            ]
             for d in range(len(param.shape))
         ]
         self.infer_runs = [
-            [dim_intervals(param.shape[d], self.infer_parts[d], k, f[d], f"{param.name} (inference)", gr[d])
-             for k in range(self.infer_parts[d])]
+            [
+                dim_intervals(param.shape[d], self.infer_parts[d], k, f[d], f"{param.name} (inference)", gr[d])
+                for k in range(self.infer_parts[d])
+            ]
             for d in range(len(param.shape))
         ]
 
@@ -106,8 +111,10 @@ class ShardGeometry:
     def infer_shape(self, key: tuple[int, ...]) -> tuple[int, ...]:
         return self.local_shape([self.infer_runs[d][k] for d, k in enumerate(key)])
 
-    @lru_cache(maxsize=None)
-    def pieces_for(self, infer_key: tuple[int, ...]) -> tuple[tuple[tuple[int, ...], tuple[tuple[Box, Box, int], ...]], ...]:
+    @cache  # noqa: B019 - one planner per reshard, kept for the run: its cache lives exactly as long
+    def pieces_for(
+        self, infer_key: tuple[int, ...]
+    ) -> tuple[tuple[tuple[int, ...], tuple[tuple[Box, Box, int], ...]], ...]:
         """For one inference shard: every training piece key it overlaps, with (src_box, dst_box, numel)."""
         per_dim = []
         for d, k in enumerate(infer_key):
@@ -142,8 +149,8 @@ def _split_box(src: Box, dst: Box, numel: int, itemsize: int, cap: int):
     rows = max(1, cap // (per_row * itemsize))
     for off in range(0, src[d][1], rows):
         n = min(rows, src[d][1] - off)
-        s = src[:d] + ((src[d][0] + off, n),) + src[d + 1:]
-        t = dst[:d] + ((dst[d][0] + off, n),) + dst[d + 1:]
+        s = src[:d] + ((src[d][0] + off, n),) + src[d + 1 :]
+        t = dst[:d] + ((dst[d][0] + off, n),) + dst[d + 1 :]
         yield from _split_box(s, t, per_row * n, itemsize, cap)
 
 

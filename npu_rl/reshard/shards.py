@@ -4,7 +4,7 @@
 from __future__ import annotations
 
 import itertools
-from typing import Sequence, Union
+from collections.abc import Sequence
 
 import torch
 
@@ -27,7 +27,7 @@ class TensorShard:
     def write(self, box: Box, src: torch.Tensor) -> None:
         self.tensor[_slices(box)].copy_(src)
 
-    def copy_to(self, box: Box, other: "ShardLike", other_box: Box) -> None:
+    def copy_to(self, box: Box, other: ShardLike, other_box: Box) -> None:
         other.write(other_box, self.tensor[_slices(box)])
 
 
@@ -50,16 +50,16 @@ class StackedShard:
         for i, view in self._items(box):
             view.copy_(src[i])
 
-    def copy_to(self, box: Box, other: "ShardLike", other_box: Box) -> None:
+    def copy_to(self, box: Box, other: ShardLike, other_box: Box) -> None:
         (o0, _), rest = other_box[0], other_box[1:]
         for i, view in self._items(box):
             other.write(((o0 + i, 1),) + rest, view.unsqueeze(0))
 
 
-ShardLike = Union[TensorShard, StackedShard]
+ShardLike = TensorShard | StackedShard
 
 
-def as_shard(x: Union[torch.Tensor, Sequence[torch.Tensor], ShardLike]) -> ShardLike:
+def as_shard(x: torch.Tensor | Sequence[torch.Tensor] | ShardLike) -> ShardLike:
     if isinstance(x, (TensorShard, StackedShard)):
         return x
     if isinstance(x, torch.Tensor):
@@ -72,11 +72,11 @@ def extract(full: torch.Tensor, runs: Runs) -> torch.Tensor:
     shape = tuple(sum(n for *_, n in rs) for rs in runs)
     out = torch.empty(shape, dtype=full.dtype, device=full.device)
     for combo in itertools.product(*runs):
-        out[tuple(slice(l, l + n) for _, l, n in combo)] = full[tuple(slice(f, f + n) for f, _, n in combo)]
+        out[tuple(slice(lo, lo + n) for _, lo, n in combo)] = full[tuple(slice(f, f + n) for f, _, n in combo)]
     return out
 
 
 def insert(full: torch.Tensor, runs: Runs, shard: torch.Tensor) -> None:
     """Write a local shard back into its place in a full tensor."""
     for combo in itertools.product(*runs):
-        full[tuple(slice(f, f + n) for f, _, n in combo)] = shard[tuple(slice(l, l + n) for _, l, n in combo)]
+        full[tuple(slice(f, f + n) for f, _, n in combo)] = shard[tuple(slice(lo, lo + n) for _, lo, n in combo)]

@@ -12,8 +12,9 @@ from __future__ import annotations
 
 import os
 import re
+from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import Any, Iterable
+from typing import Any
 
 import torch
 
@@ -52,11 +53,20 @@ _MCORE_LAYER = {
 
 def shapes_from_hf_config(cfg: Any) -> ModelShapes:
     return ModelShapes(
-        num_layers=cfg.num_hidden_layers, first_k_dense=cfg.first_k_dense_replace, hidden=cfg.hidden_size,
-        intermediate=cfg.intermediate_size, moe_intermediate=cfg.moe_intermediate_size,
-        num_experts=cfg.n_routed_experts, num_shared_experts=cfg.n_shared_experts, vocab=cfg.vocab_size,
-        num_heads=cfg.num_attention_heads, q_lora_rank=cfg.q_lora_rank, kv_lora_rank=cfg.kv_lora_rank,
-        qk_nope_head_dim=cfg.qk_nope_head_dim, qk_rope_head_dim=cfg.qk_rope_head_dim, v_head_dim=cfg.v_head_dim,
+        num_layers=cfg.num_hidden_layers,
+        first_k_dense=cfg.first_k_dense_replace,
+        hidden=cfg.hidden_size,
+        intermediate=cfg.intermediate_size,
+        moe_intermediate=cfg.moe_intermediate_size,
+        num_experts=cfg.n_routed_experts,
+        num_shared_experts=cfg.n_shared_experts,
+        vocab=cfg.vocab_size,
+        num_heads=cfg.num_attention_heads,
+        q_lora_rank=cfg.q_lora_rank,
+        kv_lora_rank=cfg.kv_lora_rank,
+        qk_nope_head_dim=cfg.qk_nope_head_dim,
+        qk_rope_head_dim=cfg.qk_rope_head_dim,
+        v_head_dim=cfg.v_head_dim,
     )
 
 
@@ -69,7 +79,7 @@ def megatron_shards(named: Iterable[tuple[str, torch.Tensor]]) -> dict[str, Any]
     experts: dict[str, dict[int, torch.Tensor]] = {}
     for name, tensor in named:
         while name.startswith("module."):
-            name = name[len("module."):]
+            name = name[len("module.") :]
         if name in _MCORE_TOP:
             out[_MCORE_TOP[name]] = tensor.data
             continue
@@ -142,7 +152,11 @@ def cached_plan(shapes: ModelShapes, train: TrainLayout, infer: InferLayout, buc
     key = (shapes, train, infer, bucket_bytes)
     if key not in _plan_cache:
         _plan_cache[key] = plan_reshard(
-            model_params(shapes), train, infer, num_layers=shapes.num_layers, num_experts=shapes.num_experts,
+            model_params(shapes),
+            train,
+            infer,
+            num_layers=shapes.num_layers,
+            num_experts=shapes.num_experts,
             bucket_bytes=bucket_bytes,
         )
     return _plan_cache[key]

@@ -24,8 +24,18 @@ from fractions import Fraction
 from functools import lru_cache
 from typing import Any
 
-from npu_rl.reward.values import MAX_LOG2, TooLarge, Undefined, Value, checked, identical, negligible, plus, to_mp
-from npu_rl.reward.values import values_equal
+from npu_rl.reward.values import (
+    MAX_LOG2,
+    TooLarge,
+    Undefined,
+    Value,
+    checked,
+    identical,
+    negligible,
+    plus,
+    to_mp,
+    values_equal,
+)
 from npu_rl.reward.values import MP as _MP
 
 MAX_CHARS = 400

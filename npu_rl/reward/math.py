@@ -20,15 +20,16 @@ from __future__ import annotations
 
 import threading
 import time
+from collections.abc import Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from functools import lru_cache
-from typing import Any, Mapping, Sequence
+from typing import Any
 
-from npu_rl.reward.worker_pool import get_pool
 from npu_rl.reward.equiv import judge
 from npu_rl.reward.evaluated import unevaluated
 from npu_rl.reward.extract import Extraction, extract_answer
 from npu_rl.reward.rubric import Weights, cot_fraction, format_fraction, weights_from
+from npu_rl.reward.worker_pool import get_pool
 
 DEFAULT_TIMEOUT_S = 1.0
 _MAX_GT_CHARS = 1000
@@ -49,8 +50,15 @@ def _result(equal: bool, pred: str, response: str, w: Weights) -> dict[str, Any]
     score = w.accuracy + fmt + cot if acc else 0.0
     boxed = bool(pred) and _extract(response).reason == "boxed"
     # Rounded so that a perfect answer scores exactly 1.0, not 0.9999999999999999.
-    return {"score": round(score, 6), "acc": float(acc), "format": round(fmt, 6), "cot": round(cot, 6),
-            "boxed": float(boxed), "unevaluated": float(restated), "pred": pred}
+    return {
+        "score": round(score, 6),
+        "acc": float(acc),
+        "format": round(fmt, 6),
+        "cot": round(cot, 6),
+        "boxed": float(boxed),
+        "unevaluated": float(restated),
+        "pred": pred,
+    }
 
 
 def _zero(pred: str = "") -> dict[str, Any]:

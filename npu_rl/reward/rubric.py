@@ -9,9 +9,10 @@ exactly the recipe's 0.05 per tag and min(0.001 per char, 0.1) stray-text penalt
 from __future__ import annotations
 
 import re
+from collections.abc import Mapping
 from dataclasses import dataclass
 from functools import lru_cache
-from typing import Any, Mapping
+from typing import Any
 
 from npu_rl.recipe.schema import RewardWeights
 

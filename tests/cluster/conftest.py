@@ -6,7 +6,6 @@ from __future__ import annotations
 import shutil
 
 import pytest
-
 from pods import prepared_pods
 
 
@@ -17,8 +16,13 @@ def uninterrupted(tiny_model):
     try:
         pods.start()
         codes = pods.wait(timeout=900)
-        yield {"pods": pods, "codes": codes, "head_log": pods.log("head"), "worker_log": pods.log("worker"),
-               "left": pods.left()}
+        yield {
+            "pods": pods,
+            "codes": codes,
+            "head_log": pods.log("head"),
+            "worker_log": pods.log("worker"),
+            "left": pods.left(),
+        }
     finally:
         pods.cleanup()
         shutil.rmtree(pods.work, ignore_errors=True)

@@ -31,13 +31,12 @@ from pathlib import Path
 
 import psutil
 import yaml
+from test_ray_cluster import HEAD_PORT_FLAGS, NODE_PORT_FLAGS, free_ports, port_args, processes_naming, wait_until
 
 from npu_rl import run_files
 from npu_rl.cli import main
 from npu_rl.recipe import load_recipe
 from npu_rl.render.k8s import K8sOptions, render_text
-
-from test_ray_cluster import HEAD_PORT_FLAGS, NODE_PORT_FLAGS, free_ports, port_args, processes_naming, wait_until
 
 MOUNTS = ("/etc/npu-rl", "/workspace")
 WORKER_IP = "127.0.0.2"  # on lo (127.0.0.0/8) without configuring anything
@@ -62,8 +61,10 @@ def _namespace(binds: dict[Path, Path]) -> list[str]:
     if not binds:
         return []
     pairs = [str(p) for where, what in binds.items() for p in (what, where)]
-    script = ('n="$1"; shift; while [ "$n" -gt 0 ]; do mount --bind "$1" "$2" || exit 125; shift 2; '
-              'n=$((n - 1)); done; exec "$@"')
+    script = (
+        'n="$1"; shift; while [ "$n" -gt 0 ]; do mount --bind "$1" "$2" || exit 125; shift 2; '
+        'n=$((n - 1)); done; exec "$@"'
+    )
     return ["unshare", "--mount", "--propagation", "private", "sh", "-c", script, "sh", str(len(binds)), *pairs]
 
 
@@ -90,8 +91,9 @@ class Pods:
             else:
                 os.environ["NPU_RL_WORKSPACE"] = old
 
-    def start(self, env: dict[str, dict[str, str]] | None = None,
-              mounts: dict[str, dict[Path, Path]] | None = None) -> "Pods":
+    def start(
+        self, env: dict[str, dict[str, str]] | None = None, mounts: dict[str, dict[Path, Path]] | None = None
+    ) -> Pods:
         """Start both pods; ``env[task]`` adds pod variables, ``mounts[task]`` volumes of its own
         (``{where: what}``, bind-mounted in the pod's mount namespace)."""
         self.runs += 1
@@ -107,8 +109,13 @@ class Pods:
         # A restarted pod is a new container: nothing of the last run's Ray session or sockets is there.
         temp = self.temp / f"r{self.runs}"
         temp.mkdir()
-        volcano = {"VC_TASK_INDEX": "0", "VC_HEAD_HOSTS": "127.0.0.1", "VC_HEAD_NUM": "1",
-                   "VC_WORKER_HOSTS": "127.0.0.1", "VC_WORKER_NUM": "1"}
+        volcano = {
+            "VC_TASK_INDEX": "0",
+            "VC_HEAD_HOSTS": "127.0.0.1",
+            "VC_HEAD_NUM": "1",
+            "VC_WORKER_HOSTS": "127.0.0.1",
+            "VC_WORKER_NUM": "1",
+        }
         self.head_args: list[str] = []
         for task in TASKS:
             pod = _pod(job, task)
@@ -117,8 +124,7 @@ class Pods:
                 self.head_args = args
             penv = {k: v for k, v in os.environ.items() if not k.startswith(("VC_", "RAY_", "NPU_RL_", "HCCL_"))}
             penv.update({e["name"]: _mapped(e["value"], volumes) for e in pod["env"]})
-            sockets = (f"--raylet-socket-name {temp / ('r-' + task)} "
-                       f"--plasma-store-socket-name {temp / ('p-' + task)}")
+            sockets = f"--raylet-socket-name {temp / ('r-' + task)} --plasma-store-socket-name {temp / ('p-' + task)}"
             # Ray waits 20 s for its dashboard to register (ray 2.46 _private/services.py start_api_server,
             # 200 polls of 0.1 s), which two raylets and a test on 2 loaded cores can miss; nothing here
             # reads the dashboard, so the head pod's runs without it.
@@ -126,11 +132,16 @@ class Pods:
             # The worker pod's own address (the last --node-ip-address wins); Ray registers the head's
             # 127.0.0.1 under this host's address (ray/_private/services.py resolve_ip_for_localhost).
             extra += f" --node-ip-address={WORKER_IP} " if task == "worker" else ""
-            penv.update(volcano, PATH=f"{bin_dir}:{penv['PATH']}", NPU_RL_IFNAME="lo", PYTHONUNBUFFERED="1",
-                        # Worker ports from the OS: the raylets of two jobs on one machine share Ray's range.
-                        NPU_RL_RAY_ARGS=f"--num-cpus 2 --object-store-memory 100000000 --temp-dir {temp} "
-                                        "--min-worker-port 0 --max-worker-port 0 "
-                                        f"{extra}{port_args(NODE_PORT_FLAGS, ports)} {sockets}")
+            penv.update(
+                volcano,
+                PATH=f"{bin_dir}:{penv['PATH']}",
+                NPU_RL_IFNAME="lo",
+                PYTHONUNBUFFERED="1",
+                # Worker ports from the OS: the raylets of two jobs on one machine share Ray's range.
+                NPU_RL_RAY_ARGS=f"--num-cpus 2 --object-store-memory 100000000 --temp-dir {temp} "
+                "--min-worker-port 0 --max-worker-port 0 "
+                f"{extra}{port_args(NODE_PORT_FLAGS, ports)} {sockets}",
+            )
             penv.update((env or {}).get(task, {}))
             log = self.work / f"{task}-{self.runs}.log"
             self.logs[task] = log
@@ -140,16 +151,26 @@ class Pods:
                 (private / temp.name).mkdir(parents=True)
                 own[self.temp] = private
             with open(log, "w") as out:
-                self.procs[task] = subprocess.Popen([*_namespace(own), *args], cwd=self.ws, env=penv,
-                                                    stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
+                self.procs[task] = subprocess.Popen(
+                    [*_namespace(own), *args],
+                    cwd=self.ws,
+                    env=penv,
+                    stdout=out,
+                    stderr=subprocess.STDOUT,
+                    start_new_session=True,
+                )
         return self
 
     def log(self, task: str) -> str:
         return self.logs[task].read_text(errors="replace")
 
     def wait_for_step(self, step: int, timeout: float = 400) -> None:
-        wait_until(lambda: f"step:{step} - " in self.log("head") or self.procs["head"].poll() is not None,
-                   timeout, f"step {step} in the head's log", poll=0.5)
+        wait_until(
+            lambda: f"step:{step} - " in self.log("head") or self.procs["head"].poll() is not None,
+            timeout,
+            f"step {step} in the head's log",
+            poll=0.5,
+        )
         assert f"step:{step} - " in self.log("head"), self.log("head")[-3000:]
 
     def tree(self, task: str) -> list[psutil.Process]:
@@ -198,8 +219,9 @@ class Pods:
         """Every step's metrics, the latest segment's where a restart logged a step again."""
         rows: dict[int, dict] = {}
         root = self.in_ws(lambda: run_files.log_root(self.recipe))
-        for path in sorted(root.glob("metrics-from-step-*.jsonl"),
-                           key=lambda p: (int(p.stem.rsplit("-", 1)[1]), p.stat().st_mtime)):
+        for path in sorted(
+            root.glob("metrics-from-step-*.jsonl"), key=lambda p: (int(p.stem.rsplit("-", 1)[1]), p.stat().st_mtime)
+        ):
             for line in path.read_text().splitlines():
                 row = json.loads(line)
                 rows[row["step"]] = row["data"]
@@ -223,8 +245,14 @@ def elapsed(since: float) -> float:
 
 STEPS = 6
 # save_freq 1: every step is a restart point; no validation: the runs compare batches, not accuracy.
-SETS = {"resources.nnodes": 2, "resources.devices_per_node": 1, "algorithm.total_training_steps": STEPS,
-        "checkpoint.save_freq": 1, "checkpoint.test_freq": -1, "checkpoint.max_to_keep": 8}
+SETS = {
+    "resources.nnodes": 2,
+    "resources.devices_per_node": 1,
+    "algorithm.total_training_steps": STEPS,
+    "checkpoint.save_freq": 1,
+    "checkpoint.test_freq": -1,
+    "checkpoint.max_to_keep": 8,
+}
 
 
 def prepared_pods(experiment: str, tiny_model) -> Pods:

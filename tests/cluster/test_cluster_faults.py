@@ -17,12 +17,11 @@ import signal
 import time
 
 import pytest
+from pods import STEPS, WORKER_IP, prepared_pods
 
 from npu_rl import run_files
 from npu_rl.exit_codes import Exit
 from npu_rl.patches.batch_fingerprint import METRIC
-
-from pods import STEPS, WORKER_IP, prepared_pods
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(2400)]
 
@@ -48,16 +47,24 @@ def chain(request, tiny_model):
         local.mkdir()
         ckpt.mkdir(parents=True, exist_ok=True)
         pods.start(env={"worker": {"HCCL_EXEC_TIMEOUT": "17"}}, mounts={"worker": {ckpt: local}})
-        out["misconfigured"] = {"codes": pods.wait(), "log": pods.log("head"), "left": pods.left(),
-                                "steps": pods.in_ws(lambda: run_files.saved_steps(pods.recipe))}
+        out["misconfigured"] = {
+            "codes": pods.wait(),
+            "log": pods.log("head"),
+            "left": pods.left(),
+            "steps": pods.in_ws(lambda: run_files.saved_steps(pods.recipe)),
+        }
 
         # 3. The worker pod killed at step 2.
         pods.start()
         pods.wait_for_step(2)
         t0 = time.monotonic()
         pods.kill("worker")
-        out["killed"] = {"codes": pods.wait(), "seconds": time.monotonic() - t0, "log": pods.log("head"),
-                         "left": pods.left()}
+        out["killed"] = {
+            "codes": pods.wait(),
+            "seconds": time.monotonic() - t0,
+            "log": pods.log("head"),
+            "left": pods.left(),
+        }
 
         # 4. One FSDP rank hangs (its process stopped) after step 3; its node stays healthy.
         pods.start()
@@ -65,9 +72,14 @@ def chain(request, tiny_model):
         (rank,) = pods.worker_processes()
         t0 = time.monotonic()
         rank.send_signal(signal.SIGSTOP)
-        out["hung"] = {"codes": pods.wait(), "seconds": time.monotonic() - t0, "log": pods.log("head"),
-                       "left": pods.left(), "pid": rank.pid,
-                       "dumps": sorted(pods.in_ws(lambda: run_files.log_root(pods.recipe)).glob("hang-*"))}
+        out["hung"] = {
+            "codes": pods.wait(),
+            "seconds": time.monotonic() - t0,
+            "log": pods.log("head"),
+            "left": pods.left(),
+            "pid": rank.pid,
+            "dumps": sorted(pods.in_ws(lambda: run_files.log_root(pods.recipe)).glob("hang-*")),
+        }
 
         # 5. Every pod killed at once after step 4 (a power cut, a job deleted with --force).
         pods.start()
@@ -91,14 +103,25 @@ def chain(request, tiny_model):
         out["finished"] = {"codes": pods.wait(), "log": pods.log("head"), "left": pods.left()}
         out["metrics"] = pods.metrics()
         # The measured times, for whoever reads the run afterwards (`pytest --cache-show 'npu_rl/*'`).
-        request.config.cache.set("npu_rl/cluster_faults", {
-            "killed_worker_to_head_exit_s": round(out["killed"]["seconds"], 1),
-            "hung_rank_to_head_exit_s": round(out["hung"]["seconds"], 1),
-            "frozen_worker_to_head_exit_s": round(out["frozen"]["seconds"], 1),
-            "watchdog_floor_s": pods.recipe.watchdog.floor_s,
-            "resumed_from": [int(m) for m in re.findall(r"resuming faults from global_step_(\d+)", "".join(
-                pods.work.joinpath(f"head-{i}.log").read_text(errors="replace") for i in range(1, pods.runs + 1)))],
-        })
+        request.config.cache.set(
+            "npu_rl/cluster_faults",
+            {
+                "killed_worker_to_head_exit_s": round(out["killed"]["seconds"], 1),
+                "hung_rank_to_head_exit_s": round(out["hung"]["seconds"], 1),
+                "frozen_worker_to_head_exit_s": round(out["frozen"]["seconds"], 1),
+                "watchdog_floor_s": pods.recipe.watchdog.floor_s,
+                "resumed_from": [
+                    int(m)
+                    for m in re.findall(
+                        r"resuming faults from global_step_(\d+)",
+                        "".join(
+                            pods.work.joinpath(f"head-{i}.log").read_text(errors="replace")
+                            for i in range(1, pods.runs + 1)
+                        ),
+                    )
+                ],
+            },
+        )
         yield out
     finally:
         pods.cleanup()
@@ -127,8 +150,12 @@ def test_a_variable_set_on_one_node_only_is_refused_before_training(chain):
     line = _refusal(chain)
     # Each node by its address and id: the worker pod's own address, the head's as Ray registers 127.0.0.1.
     (values,) = re.findall(r"HCCL_EXEC_TIMEOUT: ([^|]*) \| ", line) or [line]
-    assert sorted(values.split("; ")) == sorted([f"'17' on {WORKER_IP} ({_id(values, WORKER_IP)})",
-                                                 f"unset on {_head_ip(values)} ({_id(values, _head_ip(values))})"])
+    assert sorted(values.split("; ")) == sorted(
+        [
+            f"'17' on {WORKER_IP} ({_id(values, WORKER_IP)})",
+            f"unset on {_head_ip(values)} ({_id(values, _head_ip(values))})",
+        ]
+    )
 
 
 def test_a_checkpoint_directory_that_is_not_shared_is_refused_before_training(chain):
@@ -153,8 +180,14 @@ def test_a_hung_rank_is_caught_by_the_watchdog_with_every_stack(chain):
     spec = chain["pods"].recipe.watchdog
     (line,) = _error_lines(log)
     # Detected within the allowance (the floor: one step seen since the resume), give or take the poll...
-    waited, allowed = map(int, re.search(r"run hung: step 4 did not complete in (\d+)s after step 3 "
-                                         r"\(allowance (\d+)s", line).groups())
+    waited, allowed = map(
+        int,
+        re.search(
+            r"run hung: step 4 did not complete in (\d+)s after step 3 "
+            r"\(allowance (\d+)s",
+            line,
+        ).groups(),
+    )
     assert allowed == spec.floor_s and allowed <= waited <= allowed + 5, line
     # ...and out after the dump and the stop of verl (its grace, then SIGKILL) on 2 loaded cores.
     assert run["seconds"] < spec.floor_s + 90, run["seconds"]
@@ -170,8 +203,9 @@ def test_a_hung_rank_is_caught_by_the_watchdog_with_every_stack(chain):
     # where in step 4 its peer was stopped: a c10d call (all_reduce, barrier) or the weight sync's
     # DTensor.full_tensor, which waits in torch's functional collectives (seen in CI).
     other = [p for p in workers if p["pid"] != run["pid"]]
-    assert re.search(r"torch/distributed/(distributed_c10d|_functional_collectives)\.py", other[0]["stack"]), (
-        other[0]["stack"][:2000])
+    assert re.search(r"torch/distributed/(distributed_c10d|_functional_collectives)\.py", other[0]["stack"]), other[0][
+        "stack"
+    ][:2000]
     assert any(p["title"].startswith("ray::TaskRunner") for n in summary["nodes"] for p in n["processes"])
     assert summary["driver"] and "main_ppo" in summary["driver"][0]["stack"] + summary["driver"][0]["title"]
     assert run["left"] == []

@@ -18,8 +18,13 @@ from npu_rl.errors import UserError
 
 # --- placement -----------------------------------------------------------------------------------------------
 
-VOLCANO = {"VC_TASK_INDEX": "2", "VC_HEAD_HOSTS": "job-head-0.job", "VC_HEAD_NUM": "1",
-           "VC_WORKER_HOSTS": "job-worker-0.job,job-worker-1.job,job-worker-2.job", "VC_WORKER_NUM": "3"}
+VOLCANO = {
+    "VC_TASK_INDEX": "2",
+    "VC_HEAD_HOSTS": "job-head-0.job",
+    "VC_HEAD_NUM": "1",
+    "VC_WORKER_HOSTS": "job-worker-0.job,job-worker-1.job,job-worker-2.job",
+    "VC_WORKER_NUM": "3",
+}
 
 
 def test_volcano_worker_rank_follows_the_head_task():
@@ -37,18 +42,29 @@ def test_volcano_single_task_makes_index_zero_the_head():
 
 
 def test_kuberay_role_and_head_come_from_the_generated_command():
-    worker = detect({"KUBERAY_GEN_RAY_START_CMD": "ray start --address=rc-head-svc.ns.svc.cluster.local:6379 --block",
-                     "FQ_RAY_IP": "rc-head-svc.ns.svc.cluster.local"})
+    worker = detect(
+        {
+            "KUBERAY_GEN_RAY_START_CMD": "ray start --address=rc-head-svc.ns.svc.cluster.local:6379 --block",
+            "FQ_RAY_IP": "rc-head-svc.ns.svc.cluster.local",
+        }
+    )
     assert (worker.launcher, worker.is_head, worker.head_host) == ("kuberay", False, "rc-head-svc.ns.svc.cluster.local")
     head = detect({"KUBERAY_GEN_RAY_START_CMD": "ray start --head --block"})
     assert (head.is_head, head.rank) == (True, 0)
 
 
 def test_mindcluster_counts_nodes_from_world_sizes():
-    p = detect({"MINDX_TASK_ID": "uid", "MASTER_ADDR": "10.0.0.1", "RANK": "5", "WORLD_SIZE": "256",
-                "LOCAL_WORLD_SIZE": "16"})
+    p = detect(
+        {"MINDX_TASK_ID": "uid", "MASTER_ADDR": "10.0.0.1", "RANK": "5", "WORLD_SIZE": "256", "LOCAL_WORLD_SIZE": "16"}
+    )
     assert (p.launcher, p.rank, p.nnodes, p.devices_per_node, p.head_host, p.is_head) == (
-        "mindcluster", 5, 16, 16, "10.0.0.1", False)
+        "mindcluster",
+        5,
+        16,
+        16,
+        "10.0.0.1",
+        False,
+    )
     assert detect({"MINDX_TASK_ID": "uid", "RANK": "3", "REPLICA_TYPE": "Master"}).is_head is True
 
 
@@ -135,7 +151,7 @@ def test_ray_start_lines_register_npus_explicitly():
 
 
 def test_kuberay_command_is_pinned_to_the_chosen_interface():
-    argv = kuberay_argv("ray start --address=h:6379 --resources=\"{\\\"NPU\\\": 16}\" --block", "10.0.0.9")
+    argv = kuberay_argv('ray start --address=h:6379 --resources="{\\"NPU\\": 16}" --block', "10.0.0.9")
     assert argv[:2] == ["ray", "start"]
     assert '--resources={"NPU": 16}' in argv
     assert argv.count("--block") == 1 and "--node-ip-address=10.0.0.9" in argv
@@ -148,20 +164,32 @@ def test_kuberay_command_is_pinned_to_the_chosen_interface():
 
 @pytest.fixture
 def clean_env(monkeypatch):
-    for k in ("VC_TASK_INDEX", "VK_TASK_INDEX", "KUBERAY_GEN_RAY_START_CMD", "MINDX_TASK_ID", "NODE_RANK",
-              "MASTER_ADDR", "NNODES", "NPU_RL_RAY_PORT", "RAY_ADDRESS"):
+    for k in (
+        "VC_TASK_INDEX",
+        "VK_TASK_INDEX",
+        "KUBERAY_GEN_RAY_START_CMD",
+        "MINDX_TASK_ID",
+        "NODE_RANK",
+        "MASTER_ADDR",
+        "NNODES",
+        "NPU_RL_RAY_PORT",
+        "RAY_ADDRESS",
+    ):
         monkeypatch.delenv(k, raising=False)
     return monkeypatch
 
 
-@pytest.mark.parametrize("argv, message", [
-    (["ray", "worker", "--devices", "2"], "no head address"),
-    (["ray", "head", "--devices", "0"], "--devices must be >= 1"),
-    (["ray", "head", "--devices", "2", "--", "true"], "how many nodes"),
-    (["ray", "wait", "--devices", "2"], "how many nodes"),
-    (["ray", "worker", "--address", "h:x", "--devices", "2"], "--address: bad address"),
-    (["ray", "head", "--recipe", "no_such_recipe", "--devices", "2"], "unknown recipe"),
-])
+@pytest.mark.parametrize(
+    "argv, message",
+    [
+        (["ray", "worker", "--devices", "2"], "no head address"),
+        (["ray", "head", "--devices", "0"], "--devices must be >= 1"),
+        (["ray", "head", "--devices", "2", "--", "true"], "how many nodes"),
+        (["ray", "wait", "--devices", "2"], "how many nodes"),
+        (["ray", "worker", "--address", "h:x", "--devices", "2"], "--address: bad address"),
+        (["ray", "head", "--recipe", "no_such_recipe", "--devices", "2"], "unknown recipe"),
+    ],
+)
 def test_bad_input_is_one_line_exit_2(clean_env, capsys, argv, message):
     assert main(argv) == 2
     err = capsys.readouterr().err.strip()
@@ -191,5 +219,6 @@ def test_counts_come_from_the_recipe_when_not_given(clean_env):
     assert resolve_counts(args, Placement("none")) == (16, 16)
     # The launcher's view of the job beats the recipe; flags beat both.
     assert resolve_counts(args, Placement("volcano", nnodes=2)) == (2, 16)
-    assert resolve_counts(Namespace(nodes=3, devices=4, recipe="deepseek_r1_671b_a3", set=None),
-                          Placement("volcano", nnodes=2)) == (3, 4)
+    assert resolve_counts(
+        Namespace(nodes=3, devices=4, recipe="deepseek_r1_671b_a3", set=None), Placement("volcano", nnodes=2)
+    ) == (3, 4)

@@ -11,13 +11,12 @@ import time
 
 import psutil
 import pytest
+from test_ray_cluster import wait_until
 
 from npu_rl.cluster import crossnode, network, stacks
 from npu_rl.cluster.nodewatch import Departure
 from npu_rl.launcher.watchdog import StepClock, Watchdog
 from npu_rl.recipe.schema import WatchdogSpec
-
-from test_ray_cluster import wait_until
 
 
 class Clock:
@@ -77,15 +76,20 @@ def _proc(pid, title, status="sleeping", stack="", error=None):
     return stacks.ProcessStack(pid, title, status, stack, error)
 
 
-WAITING = "Thread 1 (idle): \"MainThread\"\n    all_gather_into_tensor (torch/distributed/distributed_c10d.py:3800)\n"
-COMPUTING = "Thread 1 (active): \"MainThread\"\n    forward (transformers/models/qwen2/modeling_qwen2.py:300)\n"
+WAITING = 'Thread 1 (idle): "MainThread"\n    all_gather_into_tensor (torch/distributed/distributed_c10d.py:3800)\n'
+COMPUTING = 'Thread 1 (active): "MainThread"\n    forward (transformers/models/qwen2/modeling_qwen2.py:300)\n'
 
 
 def test_a_dump_names_stopped_silent_and_straying_processes():
-    nodes = [stacks.NodeStacks("10.0.0.1", "a" * 20, [_proc(11, "ray::WorkerDict", stack=WAITING),
-                                                       _proc(12, "ray::WorkerDict", stack=COMPUTING)]),
-             stacks.NodeStacks("10.0.0.2", "b" * 20, [_proc(21, "ray::WorkerDict", "stopped", WAITING)]),
-             stacks.NodeStacks("10.0.0.3", "c" * 20, error="did not answer (GetTimeoutError)")]
+    nodes = [
+        stacks.NodeStacks(
+            "10.0.0.1",
+            "a" * 20,
+            [_proc(11, "ray::WorkerDict", stack=WAITING), _proc(12, "ray::WorkerDict", stack=COMPUTING)],
+        ),
+        stacks.NodeStacks("10.0.0.2", "b" * 20, [_proc(21, "ray::WorkerDict", "stopped", WAITING)]),
+        stacks.NodeStacks("10.0.0.3", "c" * 20, error="did not answer (GetTimeoutError)"),
+    ]
     named = stacks.suspects([_proc(5, "python", error="py-spy did not answer within 20s")], nodes)
     assert any("node 10.0.0.3" in n and "did not answer" in n for n in named)
     assert any(n.startswith("pid 21 ray::WorkerDict on 10.0.0.2 is stopped") for n in named)
@@ -119,12 +123,15 @@ def _facts(ip, node_id, env, **versions):
 
 
 def test_nodes_that_differ_in_a_variable_or_a_version_are_named_with_their_values():
-    facts = [_facts("10.0.0.1", "aaaaaaaa1", {"HCCL_CONNECT_TIMEOUT": "360"}),
-             _facts("10.0.0.2", "bbbbbbbb2", {"HCCL_CONNECT_TIMEOUT": "360", "HCCL_EXEC_TIMEOUT": "17"},
-                    torch="2.6.0")]
+    facts = [
+        _facts("10.0.0.1", "aaaaaaaa1", {"HCCL_CONNECT_TIMEOUT": "360"}),
+        _facts("10.0.0.2", "bbbbbbbb2", {"HCCL_CONNECT_TIMEOUT": "360", "HCCL_EXEC_TIMEOUT": "17"}, torch="2.6.0"),
+    ]
     found = crossnode.mismatches(facts)
-    assert found == ["torch: '2.5.1' on 10.0.0.1 (aaaaaaaa); '2.6.0' on 10.0.0.2 (bbbbbbbb)",
-                     "HCCL_EXEC_TIMEOUT: unset on 10.0.0.1 (aaaaaaaa); '17' on 10.0.0.2 (bbbbbbbb)"]
+    assert found == [
+        "torch: '2.5.1' on 10.0.0.1 (aaaaaaaa); '2.6.0' on 10.0.0.2 (bbbbbbbb)",
+        "HCCL_EXEC_TIMEOUT: unset on 10.0.0.1 (aaaaaaaa); '17' on 10.0.0.2 (bbbbbbbb)",
+    ]
     assert crossnode.mismatches(facts[:1] * 2) == []
 
 

@@ -7,10 +7,9 @@ import json
 import signal
 
 import pytest
+from pods import STEPS
 
 from npu_rl import run_files
-
-from pods import STEPS
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(900)]
 
@@ -18,8 +17,14 @@ pytestmark = [pytest.mark.e2e, pytest.mark.timeout(900)]
 @pytest.fixture(scope="module")
 def pods(uninterrupted):
     p = uninterrupted["pods"]
-    return {**uninterrupted, "recipe": p.recipe, "ws": p.ws, "head_rc": uninterrupted["codes"]["head"],
-            "worker_rc": uninterrupted["codes"]["worker"], "head_args": p.head_args}
+    return {
+        **uninterrupted,
+        "recipe": p.recipe,
+        "ws": p.ws,
+        "head_rc": uninterrupted["codes"]["head"],
+        "worker_rc": uninterrupted["codes"]["worker"],
+        "head_args": p.head_args,
+    }
 
 
 def _in_ws(pods, fn):
@@ -43,7 +48,8 @@ def test_patches_are_active_in_the_workers_of_both_nodes(pods):
         assert {"cpu", "old_log_prob"} <= set(w["applied"]), w  # verl's worker code, changed there
     # verl's trainer code, changed in the TaskRunner
     assert {"attest", "batch_fingerprint", "file_logger", "old_log_prob", "reward_parts"} <= set(
-        verdict["trainer"]["applied"])
+        verdict["trainer"]["applied"]
+    )
 
 
 def test_old_log_prob_pass_is_skipped_in_the_remote_workers(pods):

@@ -59,8 +59,14 @@ def free_ports(n: int) -> list[int]:
             s.close()
 
 
-NODE_PORT_FLAGS = ("--node-manager-port", "--object-manager-port", "--metrics-export-port",
-                   "--dashboard-agent-grpc-port", "--dashboard-agent-listen-port", "--runtime-env-agent-port")
+NODE_PORT_FLAGS = (
+    "--node-manager-port",
+    "--object-manager-port",
+    "--metrics-export-port",
+    "--dashboard-agent-grpc-port",
+    "--dashboard-agent-listen-port",
+    "--runtime-env-agent-port",
+)
 HEAD_PORT_FLAGS = ("--dashboard-port", "--ray-client-server-port")
 
 
@@ -83,12 +89,24 @@ class Proc:
         self.name = name
         self.log = workdir / f"{name}.log"
         env = {**os.environ, "RAY_USAGE_STATS_ENABLED": "0", "PYTHONUNBUFFERED": "1"}
-        for k in ("RAY_ADDRESS", "VC_TASK_INDEX", "KUBERAY_GEN_RAY_START_CMD", "MINDX_TASK_ID", "NODE_RANK",
-                  "MASTER_ADDR", "NNODES"):
+        for k in (
+            "RAY_ADDRESS",
+            "VC_TASK_INDEX",
+            "KUBERAY_GEN_RAY_START_CMD",
+            "MINDX_TASK_ID",
+            "NODE_RANK",
+            "MASTER_ADDR",
+            "NNODES",
+        ):
             env.pop(k, None)
         with open(self.log, "w") as log:
-            self.popen = subprocess.Popen([sys.executable, "-m", "npu_rl", "ray", *args], stdout=log,
-                                          stderr=subprocess.STDOUT, env=env, start_new_session=True)
+            self.popen = subprocess.Popen(
+                [sys.executable, "-m", "npu_rl", "ray", *args],
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                env=env,
+                start_new_session=True,
+            )
 
     def text(self) -> str:
         return self.log.read_text(errors="replace")
@@ -149,13 +167,27 @@ def cluster():
 
     def node_ports(name: str) -> str:
         # The same goes for the socket files of raylets sharing one session directory.
-        return (port_args(NODE_PORT_FLAGS, ports) + f" --raylet-socket-name {sockets / ('r-' + name)}"
-                f" --plasma-store-socket-name {sockets / ('p-' + name)}")
+        return (
+            port_args(NODE_PORT_FLAGS, ports) + f" --raylet-socket-name {sockets / ('r-' + name)}"
+            f" --plasma-store-socket-name {sockets / ('p-' + name)}"
+        )
 
     common = f"--num-cpus 1 --object-store-memory 80000000 --temp-dir {temp}"
-    worker_opts = ["worker", "--address", address, "--devices", str(NPUS), "--join-timeout", "120",
-                   "--head-lost-after", "3",
-                   "--probe-interval", "0.5", "--max-backoff", "1"]
+    worker_opts = [
+        "worker",
+        "--address",
+        address,
+        "--devices",
+        str(NPUS),
+        "--join-timeout",
+        "120",
+        "--head-lost-after",
+        "3",
+        "--probe-interval",
+        "0.5",
+        "--max-backoff",
+        "1",
+    ]
     state: dict = {"work": work, "address": address, "procs": []}
 
     def spawn(name, args):
@@ -168,15 +200,33 @@ def cluster():
         w1.wait_for("not reachable yet", 60)
         state["w1_before_head"] = w1.text()
         (work / "probe.py").write_text(PROBE)
-        head = spawn("head", [
-            "head", "--port", str(port), "--nodes", "3", "--devices", str(NPUS), "--no-dashboard",
-            "--wait-timeout", "120",
-            "--ray-args", f"{common} {node_ports('head')} {port_args(HEAD_PORT_FLAGS, ports)}",
-            "--", sys.executable, str(work / "probe.py"), str(work / "probe.json"), str(work / "gate"), str(JOB_EXIT),
-        ])
+        head = spawn(
+            "head",
+            [
+                "head",
+                "--port",
+                str(port),
+                "--nodes",
+                "3",
+                "--devices",
+                str(NPUS),
+                "--no-dashboard",
+                "--wait-timeout",
+                "120",
+                "--ray-args",
+                f"{common} {node_ports('head')} {port_args(HEAD_PORT_FLAGS, ports)}",
+                "--",
+                sys.executable,
+                str(work / "probe.py"),
+                str(work / "probe.json"),
+                str(work / "gate"),
+                str(JOB_EXIT),
+            ],
+        )
         head.wait_for("head up at", 120)
-        waiter = spawn("wait", ["wait", "--address", address, "--nodes", "3", "--devices", str(NPUS),
-                                "--timeout", "120"])
+        waiter = spawn(
+            "wait", ["wait", "--address", address, "--nodes", "3", "--devices", str(NPUS), "--timeout", "120"]
+        )
         w1.wait_for("joined head", 120)
         time.sleep(1.0)  # let `wait` see the two-node cluster at least once
         state["wait_running_with_two_nodes"] = waiter.running()
@@ -213,9 +263,26 @@ def test_job_on_the_head_starts_after_all_nodes_and_sees_their_npus(cluster):
 
 
 def test_wait_times_out_naming_what_is_missing(cluster):
-    result = subprocess.run([sys.executable, "-m", "npu_rl", "ray", "wait", "--address", cluster["address"],
-                             "--nodes", "4", "--devices", str(NPUS), "--timeout", "2"],
-                            capture_output=True, text=True, timeout=120)
+    result = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "npu_rl",
+            "ray",
+            "wait",
+            "--address",
+            cluster["address"],
+            "--nodes",
+            "4",
+            "--devices",
+            str(NPUS),
+            "--timeout",
+            "2",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert result.returncode == Exit.CLUSTER_TIMEOUT, result.stderr
     error = result.stderr.strip().splitlines()[-1]
     assert "1 of 4 nodes missing" in error

@@ -14,7 +14,6 @@ from pathlib import Path
 
 import psutil
 import pytest
-
 from test_ray_cluster import HEAD_PORT_FLAGS, NODE_PORT_FLAGS, free_ports, port_args, processes_naming, wait_until
 
 pytestmark = pytest.mark.timeout(300)
@@ -22,8 +21,13 @@ pytestmark = pytest.mark.timeout(300)
 
 def _env(ray_args: str) -> dict:
     env = {k: v for k, v in os.environ.items() if not k.startswith(("VC_", "RAY_ADDRESS", "KUBERAY", "NPU_RL_"))}
-    return {**env, "NPU_RL_IFNAME": "lo", "NPU_RL_RAY_ARGS": ray_args, "RAY_USAGE_STATS_ENABLED": "0",
-            "PYTHONUNBUFFERED": "1"}
+    return {
+        **env,
+        "NPU_RL_IFNAME": "lo",
+        "NPU_RL_RAY_ARGS": ray_args,
+        "RAY_USAGE_STATS_ENABLED": "0",
+        "PYTHONUNBUFFERED": "1",
+    }
 
 
 def test_sigterm_stops_the_whole_ray_tree_of_head_and_worker():
@@ -37,13 +41,19 @@ def test_sigterm_stops_the_whole_ray_tree_of_head_and_worker():
         log = work / f"{name}.log"
         sockets = f"--raylet-socket-name {work / ('r-' + name)} --plasma-store-socket-name {work / ('p-' + name)}"
         env = _env(f"{common} {extra} {port_args(NODE_PORT_FLAGS, ports)} {sockets}")
-        return subprocess.Popen([sys.executable, "-m", "npu_rl", "ray", *args], env=env, stdout=open(log, "w"),
-                                stderr=subprocess.STDOUT, start_new_session=True), log
+        return subprocess.Popen(
+            [sys.executable, "-m", "npu_rl", "ray", *args],
+            env=env,
+            stdout=open(log, "w"),
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        ), log
 
     procs = []
     try:
-        head, head_log = node("head", ["head", "--port", str(gcs), "--devices", "1", "--no-dashboard"],
-                              port_args(HEAD_PORT_FLAGS, ports))
+        head, head_log = node(
+            "head", ["head", "--port", str(gcs), "--devices", "1", "--no-dashboard"], port_args(HEAD_PORT_FLAGS, ports)
+        )
         procs.append(head)
         wait_until(lambda: "head up at" in head_log.read_text() or head.poll() is not None, 120, "the head")
         worker, worker_log = node("worker", ["worker", "--address", f"127.0.0.1:{gcs}", "--devices", "1"])
@@ -56,8 +66,13 @@ def test_sigterm_stops_the_whole_ray_tree_of_head_and_worker():
             t0 = time.monotonic()
             p.send_signal(signal.SIGTERM)
             assert p.wait(timeout=30) == 128 + signal.SIGTERM
-            wait_until(lambda: not [q for q in tree if psutil.pid_exists(q) and
-                                    psutil.Process(q).status() != psutil.STATUS_ZOMBIE], 10, "its tree to end")
+            wait_until(
+                lambda tree=tree: (
+                    not [q for q in tree if psutil.pid_exists(q) and psutil.Process(q).status() != psutil.STATUS_ZOMBIE]
+                ),
+                10,
+                "its tree to end",
+            )
             assert time.monotonic() - t0 < 20
         wait_until(lambda: not processes_naming(str(temp)), 10, "every Ray process of the cluster to end")
     finally:
@@ -75,8 +90,13 @@ def test_head_refuses_a_port_in_use_at_once():
         busy.listen()
         port = busy.getsockname()[1]
         t0 = time.monotonic()
-        out = subprocess.run([sys.executable, "-m", "npu_rl", "ray", "head", "--port", str(port), "--devices", "1",
-                              "--no-dashboard"], env=_env(""), capture_output=True, text=True, timeout=60)
+        out = subprocess.run(
+            [sys.executable, "-m", "npu_rl", "ray", "head", "--port", str(port), "--devices", "1", "--no-dashboard"],
+            env=_env(""),
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
     assert time.monotonic() - t0 < 15  # not the 180 s start timeout
     assert out.returncode != 0
     last = out.stderr.strip().splitlines()[-1]
@@ -91,9 +111,27 @@ def test_wait_honours_its_timeout_when_something_else_answers_on_the_port():
         fake.listen(64)
         port = fake.getsockname()[1]
         t0 = time.monotonic()
-        out = subprocess.run([sys.executable, "-m", "npu_rl", "ray", "wait", "--address", f"127.0.0.1:{port}",
-                              "--nodes", "1", "--devices", "1", "--timeout", "3"], env=_env(""),
-                             capture_output=True, text=True, timeout=60)
+        out = subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "npu_rl",
+                "ray",
+                "wait",
+                "--address",
+                f"127.0.0.1:{port}",
+                "--nodes",
+                "1",
+                "--devices",
+                "1",
+                "--timeout",
+                "3",
+            ],
+            env=_env(""),
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
     assert time.monotonic() - t0 < 20
     assert out.returncode == 5  # Exit.CLUSTER_TIMEOUT
     # Ray's own C++ client may still log its connect warning while the process exits (the abandoned
@@ -108,12 +146,18 @@ def test_head_names_a_dead_raylet_in_one_line():
     ports = iter(free_ports(1 + len(HEAD_PORT_FLAGS) + len(NODE_PORT_FLAGS)))
     gcs = next(ports)
     sockets = f"--raylet-socket-name {work / 'r'} --plasma-store-socket-name {work / 'p'}"
-    env = _env(f"--num-cpus 1 --object-store-memory 80000000 --temp-dir {work / 'ray'} "
-               f"{port_args(HEAD_PORT_FLAGS, ports)} {port_args(NODE_PORT_FLAGS, ports)} {sockets}")
+    env = _env(
+        f"--num-cpus 1 --object-store-memory 80000000 --temp-dir {work / 'ray'} "
+        f"{port_args(HEAD_PORT_FLAGS, ports)} {port_args(NODE_PORT_FLAGS, ports)} {sockets}"
+    )
     log = work / "head.log"
-    head = subprocess.Popen([sys.executable, "-m", "npu_rl", "ray", "head", "--port", str(gcs), "--devices", "1",
-                             "--no-dashboard"], env=env, stdout=open(log, "w"), stderr=subprocess.STDOUT,
-                            start_new_session=True)
+    head = subprocess.Popen(
+        [sys.executable, "-m", "npu_rl", "ray", "head", "--port", str(gcs), "--devices", "1", "--no-dashboard"],
+        env=env,
+        stdout=open(log, "w"),
+        stderr=subprocess.STDOUT,
+        start_new_session=True,
+    )
     try:
         wait_until(lambda: "head up at" in log.read_text() or head.poll() is not None, 120, "the head")
         raylets = [p for p in psutil.Process(head.pid).children(recursive=True) if "raylet" in p.name()]

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import os
 import shutil
 import sys
 import tempfile
@@ -40,9 +39,18 @@ def smi_capture(machine: str) -> str:
 class FakeHost:
     """An Ascend machine as files: /dev nodes, the CANN/driver trees, a captured npu-smi."""
 
-    def __init__(self, root: Path, *, devices: int = 8, chip: str = "a2", cann: str | None = "8.2.RC1",
-                 driver: str | None = "24.1.rc2", smi: str | None = "a2", shm_bytes: int = 64 * 1024**3,
-                 free_bytes: int = 500 * 1024**3):
+    def __init__(
+        self,
+        root: Path,
+        *,
+        devices: int = 8,
+        chip: str = "a2",
+        cann: str | None = "8.2.RC1",
+        driver: str | None = "24.1.rc2",
+        smi: str | None = "a2",
+        shm_bytes: int = 64 * 1024**3,
+        free_bytes: int = 500 * 1024**3,
+    ):
         self.dev = root / "dev"
         self.ascend = root / "Ascend"
         self.dev.mkdir(parents=True)
@@ -57,7 +65,8 @@ class FakeHost:
         if driver:
             (self.ascend / "driver").mkdir(parents=True)
             (self.ascend / "driver" / "version.info").write_text(
-                f"Version={driver}\nascendhal_version=7.35.23\npackage_version={driver}\n")
+                f"Version={driver}\nascendhal_version=7.35.23\npackage_version={driver}\n"
+            )
         self.smi_text = smi_capture(smi) if smi else None
         self.shm_bytes = shm_bytes
         self.free_bytes = free_bytes
@@ -69,8 +78,14 @@ class FakeHost:
         return (self.free_bytes * 2, self.free_bytes, self.free_bytes)
 
     def host(self) -> Host:
-        return Host(dev_root=self.dev, ascend_root=self.ascend, shm_path=Path("/fake/dev/shm"),
-                    npu_smi=lambda: self.smi_text, disk_usage=self._disk_usage, device_spec=self.device_spec)
+        return Host(
+            dev_root=self.dev,
+            ascend_root=self.ascend,
+            shm_path=Path("/fake/dev/shm"),
+            npu_smi=lambda: self.smi_text,
+            disk_usage=self._disk_usage,
+            device_spec=self.device_spec,
+        )
 
 
 @pytest.fixture

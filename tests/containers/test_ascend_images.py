@@ -51,8 +51,14 @@ def images():
 
 
 def _run_in(client, tag: str, command: list[str], ws: Path, timeout: int = 900) -> tuple[int, str]:
-    container = client.containers.run(tag, command, detach=True, volumes={str(ws): {"bind": "/workspace", "mode": "rw"}},
-                                      shm_size="2g", network_mode="none")
+    container = client.containers.run(
+        tag,
+        command,
+        detach=True,
+        volumes={str(ws): {"bind": "/workspace", "mode": "rw"}},
+        shm_size="2g",
+        network_mode="none",
+    )
     try:
         code = container.wait(timeout=timeout)["StatusCode"]
         return code, container.logs().decode("utf-8", errors="replace")
@@ -77,31 +83,56 @@ def test_both_chips_build_on_the_stand_in_and_share_their_layers(images, capsys)
     runtime = (REPO / "docker" / "Dockerfile").read_text().split("FROM runtime AS eval")[0]
     after_chip = [line for line in runtime.split("\nARG CHIP\n")[1].splitlines() if line.startswith(("RUN", "COPY"))]
     assert len(layers["a3"]) == len(layers["a2"]) and len(layers["a2"]) - shared <= len(after_chip), (
-        shared, len(layers["a2"]), after_chip)
+        shared,
+        len(layers["a2"]),
+        after_chip,
+    )
     # The base passed the Python-set check before either build.
     assert sum("has the pinned Python set" in line for line in logs) == 2, logs
     with capsys.disabled():
         for v, b in built.items():
-            print(f"\nimage {b.tag} on {b.base}: {b.size_bytes / 1e9:.2f} GB in {b.seconds:.0f} s; "
-                  f"{len(layers[v])} layers, {shared} shared with the other chip")
+            print(
+                f"\nimage {b.tag} on {b.base}: {b.size_bytes / 1e9:.2f} GB in {b.seconds:.0f} s; "
+                f"{len(layers[v])} layers, {shared} shared with the other chip"
+            )
 
 
-def test_rehearse_qwen_runs_train_qwens_command_through_compose_in_the_a2_image(images, tmp_path, tiny_model,
-                                                                                 require, capsys):
+def test_rehearse_qwen_runs_train_qwens_command_through_compose_in_the_a2_image(
+    images, tmp_path, tiny_model, require, capsys
+):
     compose = require("docker-compose")
     built, _ = images
     ws = tmp_path / "ws"
     tiny_model(ws / "standin" / "tiny-qwen2", steps=1)
     with engine() as eng:
-        env = {**os.environ, "DOCKER_HOST": eng.host, "WORKSPACE_DIR": str(ws), "NPU_RL_IMAGE": built["a2"].tag,
-               "MODEL_SOURCE": "/workspace/standin/tiny-qwen2", "MATH_SOURCE": "sample", "SHM_SIZE": "2g",
-               "COMPOSE_PROJECT_NAME": f"npurlrehearse{os.getpid()}"}
+        env = {
+            **os.environ,
+            "DOCKER_HOST": eng.host,
+            "WORKSPACE_DIR": str(ws),
+            "NPU_RL_IMAGE": built["a2"].tag,
+            "MODEL_SOURCE": "/workspace/standin/tiny-qwen2",
+            "MATH_SOURCE": "sample",
+            "SHM_SIZE": "2g",
+            "COMPOSE_PROJECT_NAME": f"npurlrehearse{os.getpid()}",
+        }
         base = [compose, "-f", str(COMPOSE), "--profile", "rehearse"]
         start = time.monotonic()
         try:
-            run = subprocess.run([*base, "up", "--no-build", "--abort-on-container-exit", "--exit-code-from",
-                                  "rehearse-qwen", "rehearse-qwen"], env=env, capture_output=True, text=True,
-                                 timeout=1500)
+            run = subprocess.run(
+                [
+                    *base,
+                    "up",
+                    "--no-build",
+                    "--abort-on-container-exit",
+                    "--exit-code-from",
+                    "rehearse-qwen",
+                    "rehearse-qwen",
+                ],
+                env=env,
+                capture_output=True,
+                text=True,
+                timeout=1500,
+            )
         finally:
             subprocess.run([*base, "down"], env=env, capture_output=True, timeout=300)
         seconds = time.monotonic() - start
@@ -130,8 +161,9 @@ def test_rehearse_qwen_runs_train_qwens_command_through_compose_in_the_a2_image(
         print(f"\ncompose rehearse-qwen in {built['a2'].tag}: {seconds:.0f} s; train-qwen's command: {errors[0]}")
 
 
-def test_the_deepseek_recipe_rehearses_in_the_a3_image(images, tmp_path, tiny_model, deepseek_standin, capsys,
-                                                        monkeypatch):
+def test_the_deepseek_recipe_rehearses_in_the_a3_image(
+    images, tmp_path, tiny_model, deepseek_standin, capsys, monkeypatch
+):
     built, _ = images
     ws = tmp_path / "ws"
     tiny_model(ws / "models" / "tiny-qwen2", steps=1)
@@ -140,9 +172,19 @@ def test_the_deepseek_recipe_rehearses_in_the_a3_image(images, tmp_path, tiny_mo
     assert main(["data", "math", "--from", "sample", "--out", str(ws / "data" / "sample")]) == 0
     train = pq.read_table(ws / "data" / "sample" / "train.parquet")
     pq.write_table(pa.concat_tables([train, train]), ws / "data" / "sample" / "train-512.parquet")
-    command = ["npu-rl", "train", "--recipe", DEEPSEEK, "--rehearse", "--set", "model.path=models/tiny-dsv3",
-               "--set", "data.train_files=[data/sample/train-512.parquet]",
-               "--set", "data.val_files=[data/sample/test.parquet]"]
+    command = [
+        "npu-rl",
+        "train",
+        "--recipe",
+        DEEPSEEK,
+        "--rehearse",
+        "--set",
+        "model.path=models/tiny-dsv3",
+        "--set",
+        "data.train_files=[data/sample/train-512.parquet]",
+        "--set",
+        "data.val_files=[data/sample/test.parquet]",
+    ]
     start = time.monotonic()
     with engine() as eng:
         code, log = _run_in(eng.client, built["a3"].tag, command, ws)
@@ -164,10 +206,18 @@ def test_a_base_with_another_torch_is_refused_before_building(images, tmp_path):
     with engine() as eng:
         base = eng.client.images.get(built["a2"].base)
         # The stand-in base with torch's metadata saying 2.6.0, as a base built for another torch would.
-        container = eng.client.containers.run(base.id, ["-c", (
-            "import importlib.metadata as m, re; p = m.distribution('torch')._path / 'METADATA'; "
-            "p.write_text(re.sub(r'(?m)^Version: .*$', 'Version: 2.6.0', p.read_text(), count=1))")],
-            entrypoint="python3", detach=True)
+        container = eng.client.containers.run(
+            base.id,
+            [
+                "-c",
+                (
+                    "import importlib.metadata as m, re; p = m.distribution('torch')._path / 'METADATA'; "
+                    "p.write_text(re.sub(r'(?m)^Version: .*$', 'Version: 2.6.0', p.read_text(), count=1))"
+                ),
+            ],
+            entrypoint="python3",
+            detach=True,
+        )
         try:
             assert container.wait(timeout=120)["StatusCode"] == 0, container.logs()
             other = container.commit(repository="localhost/npu-rl-test-other-torch", tag=str(os.getpid()))
@@ -175,30 +225,63 @@ def test_a_base_with_another_torch_is_refused_before_building(images, tmp_path):
             container.remove(force=True)
         ref = f"localhost/npu-rl-test-other-torch:{os.getpid()}"
         try:
-            run = subprocess.run([sys.executable, "-m", "npu_rl", "image", "build", "--variant", "a2",
-                                  "--base-image", ref, "--tag", f"npu-rl-test-refused:{os.getpid()}"],
-                                 capture_output=True, text=True, timeout=600, env={**os.environ, "DOCKER_HOST": eng.host})
+            run = subprocess.run(
+                [
+                    sys.executable,
+                    "-m",
+                    "npu_rl",
+                    "image",
+                    "build",
+                    "--variant",
+                    "a2",
+                    "--base-image",
+                    ref,
+                    "--tag",
+                    f"npu-rl-test-refused:{os.getpid()}",
+                ],
+                capture_output=True,
+                text=True,
+                timeout=600,
+                env={**os.environ, "DOCKER_HOST": eng.host},
+            )
             refused_built = [i for i in eng.client.images.list() if f"npu-rl-test-refused:{os.getpid()}" in i.tags]
         finally:
             eng.client.images.remove(other.id, force=True)
     assert run.returncode == 2, run.stdout + run.stderr
     lines = run.stderr.strip().splitlines()
-    assert lines == [f"npu-rl: error: base image {ref} has torch 2.6.0, the pins want {versions.get('ascend.torch')} "
-                     "(ascend.torch): configs/locks/npu.txt was resolved for the pinned set, build on "
-                     f"{versions.get('ascend.base_image')} or pass --stand-in"], run.stderr
+    assert lines == [
+        f"npu-rl: error: base image {ref} has torch 2.6.0, the pins want {versions.get('ascend.torch')} "
+        "(ascend.torch): configs/locks/npu.txt was resolved for the pinned set, build on "
+        f"{versions.get('ascend.base_image')} or pass --stand-in"
+    ], run.stderr
     assert not refused_built
 
 
 def test_a_missing_base_or_build_arg_is_one_line(images):
     built, _ = images
     with engine() as eng:
-        missing = subprocess.run([sys.executable, "-m", "npu_rl", "image", "build", "--variant", "a3",
-                                  "--base-image", "localhost/npu-rl-no-such-base:0"], capture_output=True, text=True,
-                                 timeout=300, env={**os.environ, "DOCKER_HOST": eng.host})
+        missing = subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "npu_rl",
+                "image",
+                "build",
+                "--variant",
+                "a3",
+                "--base-image",
+                "localhost/npu-rl-no-such-base:0",
+            ],
+            capture_output=True,
+            text=True,
+            timeout=300,
+            env={**os.environ, "DOCKER_HOST": eng.host},
+        )
     assert missing.returncode == 2, missing.stdout + missing.stderr
     (line,) = missing.stderr.strip().splitlines()
-    assert line.startswith("npu-rl: error: base image localhost/npu-rl-no-such-base:0 is not here and cannot be "
-                           "pulled") and line.endswith("or --stand-in to build on a stand-in made here"), line
+    assert line.startswith(
+        "npu-rl: error: base image localhost/npu-rl-no-such-base:0 is not here and cannot be pulled"
+    ) and line.endswith("or --stand-in to build on a stand-in made here"), line
     # docker/Dockerfile built without the chip (as `docker build` without the pins would): its own check
     # names the argument, and the build's error is that one line.
     from npu_rl.envs import pipconf
@@ -207,14 +290,23 @@ def test_a_missing_base_or_build_arg_is_one_line(images):
     from npu_rl.image.build import CERT_NAME
     from npu_rl.image.spec import build_args
 
-    args = {k: v for k, v in build_args("a2").items() if k != "CHIP"} | {"BASE_IMAGE": built["a2"].base,
-                                                                         "WITH_MINDSPEED": "0"}
+    args = {k: v for k, v in build_args("a2").items() if k != "CHIP"} | {
+        "BASE_IMAGE": built["a2"].base,
+        "WITH_MINDSPEED": "0",
+    }
     cert = pipconf.cert_file()
     # Served as `npu-rl image build` serves it, so that the layers before the chip are the ones built already.
     with engine() as eng, serve_files({CERT_NAME: cert} if cert else {}) as url, pytest.raises(UserError) as err:
         if cert:
             args["PIP_CERT_URL"] = f"{url}{CERT_NAME}"
-        build_image(eng.client, context=REPO, dockerfile="docker/Dockerfile", tag=f"npu-rl-test-nochip:{os.getpid()}",
-                    buildargs=args, target="runtime", network_mode="host")
+        build_image(
+            eng.client,
+            context=REPO,
+            dockerfile="docker/Dockerfile",
+            tag=f"npu-rl-test-nochip:{os.getpid()}",
+            buildargs=args,
+            target="runtime",
+            network_mode="host",
+        )
     assert "missing build arg CHIP" in str(err.value) and "\n" not in str(err.value), err.value
     assert err.value.exit_code == 2

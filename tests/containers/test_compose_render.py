@@ -54,11 +54,18 @@ def test_validates_against_the_compose_spec(compose, shared_dir):
 
 def test_docker_compose_config_accepts_it(require):
     exe = require("docker-compose")
-    out = subprocess.run([exe, "-f", str(COMPOSE), "config", "-q"], capture_output=True, text=True, timeout=120,
-                         cwd=COMPOSE.parent)
+    out = subprocess.run(
+        [exe, "-f", str(COMPOSE), "config", "-q"], capture_output=True, text=True, timeout=120, cwd=COMPOSE.parent
+    )
     assert out.returncode == 0, out.stderr
-    resolved = subprocess.run([exe, "-f", str(COMPOSE), "config"], capture_output=True, text=True, timeout=120,
-                              cwd=COMPOSE.parent, env={"PATH": "/usr/bin:/bin"})
+    resolved = subprocess.run(
+        [exe, "-f", str(COMPOSE), "config"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd=COMPOSE.parent,
+        env={"PATH": "/usr/bin:/bin"},
+    )
     services = yaml.safe_load(resolved.stdout)["services"]
     # Dashboards are reachable from this machine only, unless DASHBOARD_BIND says otherwise.
     for name in ("tensorboard", "swanlab", "notebook"):
@@ -66,8 +73,18 @@ def test_docker_compose_config_accepts_it(require):
 
 
 def test_services(compose):
-    assert set(compose["services"]) == {"prepare", "train-qwen", "rehearse-qwen", "merge", "eval", "tensorboard",
-                                        "swanlab", "notebook", "cpu-demo", "cpu-notebook"}
+    assert set(compose["services"]) == {
+        "prepare",
+        "train-qwen",
+        "rehearse-qwen",
+        "merge",
+        "eval",
+        "tensorboard",
+        "swanlab",
+        "notebook",
+        "cpu-demo",
+        "cpu-notebook",
+    }
     assert compose["services"]["cpu-demo"]["profiles"] == ["cpu"]
     assert compose["services"]["cpu-notebook"]["profiles"] == ["cpu"]
     # Both notebook services open the shipped notebooks from the checkout.
@@ -84,7 +101,8 @@ def test_no_service_is_privileged_and_npu_access_is_explicit(compose):
         devices = svc.get("devices", [])
         if name in NPU_SERVICES:
             assert devices == ["/dev/davinci${NPU_DEVICE:-0}:/dev/davinci${NPU_DEVICE:-0}"] + [
-                f"/dev/{d}:/dev/{d}" for d in CONTROL_DEVICES]
+                f"/dev/{d}:/dev/{d}" for d in CONTROL_DEVICES
+            ]
             for mount in HOST_MOUNTS:
                 assert f"{mount}:{mount}:ro" in svc["volumes"], (name, mount)
         else:
@@ -126,8 +144,12 @@ def test_data_survives_in_the_workspace_volume(compose):
 def test_env_example_documents_every_variable():
     text = COMPOSE.read_text()
     used = set(re.findall(r"(?<!\$)\$\{(\w+)", text))
-    used |= {k for svc in yaml.safe_load(text)["services"].values()
-             for k, v in (svc.get("environment") or {}).items() if v is None}
+    used |= {
+        k
+        for svc in yaml.safe_load(text)["services"].values()
+        for k, v in (svc.get("environment") or {}).items()
+        if v is None
+    }
     example = (REPO / "compose" / ".env.example").read_text()
     documented = set(re.findall(r"^#? ?(\w+)=", example, re.MULTILINE))
     assert used == documented
@@ -155,8 +177,10 @@ def _interpolate(text: str, env: dict[str, str]) -> str:
     return re.sub(r"\$\{(\w+):-([^}]*)\}", lambda m: env.get(m.group(1)) or m.group(2), text)
 
 
-@pytest.mark.parametrize("env", [{}, {"MATH_SOURCE": "/workspace/data/MATH-lighteval"},
-                                 {"MODEL_SOURCE": "/workspace/my-model", "MATH_SOURCE": ""}])
+@pytest.mark.parametrize(
+    "env",
+    [{}, {"MATH_SOURCE": "/workspace/data/MATH-lighteval"}, {"MODEL_SOURCE": "/workspace/my-model", "MATH_SOURCE": ""}],
+)
 def test_prepare_service_maps_its_variables_to_npu_rl_prepare(compose, env, monkeypatch):
     """The prepare service's command, as compose interpolates it, reaches the prepare job with the
     sources the variables name; empty ones mean 'whatever the recipe says'."""
@@ -170,10 +194,15 @@ def test_prepare_service_maps_its_variables_to_npu_rl_prepare(compose, env, monk
     assert args.command == "prepare"
     assert args.func(args) == 0
     recipe = load_recipe(TRAIN_RECIPE)
-    assert calls == [(TRAIN_RECIPE, {
-        "model_source": env.get("MODEL_SOURCE") or recipe.model.hub_id,
-        "data_source": Path(env["MATH_SOURCE"]) if env.get("MATH_SOURCE") else None,
-    })]
+    assert calls == [
+        (
+            TRAIN_RECIPE,
+            {
+                "model_source": env.get("MODEL_SOURCE") or recipe.model.hub_id,
+                "data_source": Path(env["MATH_SOURCE"]) if env.get("MATH_SOURCE") else None,
+            },
+        )
+    ]
 
 
 def test_train_service_runs_the_a2_single_card_recipe(compose):

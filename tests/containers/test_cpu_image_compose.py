@@ -37,14 +37,24 @@ def test_cpu_image_builds_and_runs_the_demo_through_compose(tmp_path, require, c
     ws.mkdir()
     with engine() as eng:
         # A short demo: the image is under test, not the learning (tests/e2e/test_demo_learns.py).
-        env = {**os.environ, "DOCKER_HOST": eng.host, "WORKSPACE_DIR": str(ws), "DEMO_STEPS": str(STEPS),
-               "DEMO_WARM_START_STEPS": "50",
-               "COMPOSE_PROJECT_NAME": f"npurltest{os.getpid()}"}
+        env = {
+            **os.environ,
+            "DOCKER_HOST": eng.host,
+            "WORKSPACE_DIR": str(ws),
+            "DEMO_STEPS": str(STEPS),
+            "DEMO_WARM_START_STEPS": "50",
+            "COMPOSE_PROJECT_NAME": f"npurltest{os.getpid()}",
+        }
         base = [compose, "-f", str(COMPOSE), "--profile", "cpu"]
         start = time.monotonic()
         try:
-            run = subprocess.run([*base, "up", "--no-build", "--abort-on-container-exit", "--exit-code-from",
-                                  "cpu-demo", "cpu-demo"], env=env, capture_output=True, text=True, timeout=1500)
+            run = subprocess.run(
+                [*base, "up", "--no-build", "--abort-on-container-exit", "--exit-code-from", "cpu-demo", "cpu-demo"],
+                env=env,
+                capture_output=True,
+                text=True,
+                timeout=1500,
+            )
         finally:
             subprocess.run([*base, "down"], env=env, capture_output=True, timeout=300)
         seconds = time.monotonic() - start
@@ -61,5 +71,7 @@ def test_cpu_image_builds_and_runs_the_demo_through_compose(tmp_path, require, c
     assert list(run_dir.rglob("report/report.html"))
     assert re.search(r"held-out accuracy     : \d+\.\d\d -> \d+\.\d\d at step 4 ", log), log[-3000:]
     with capsys.disabled():
-        print(f"\nimage {built.tag} on {built.base}: {built.size_bytes / 1e9:.2f} GB, build {built.seconds:.0f} s; "
-              f"compose cpu-demo ({STEPS} steps): {seconds:.0f} s")
+        print(
+            f"\nimage {built.tag} on {built.base}: {built.size_bytes / 1e9:.2f} GB, build {built.seconds:.0f} s; "
+            f"compose cpu-demo ({STEPS} steps): {seconds:.0f} s"
+        )

@@ -46,8 +46,12 @@ def test_hadolint_passes(dockerfile, require):
 def test_every_hadolint_ignore_is_needed(tmp_path, require):
     """Each rule an inline `# hadolint ignore=` silences fires once the ignore is gone."""
     hadolint = require("hadolint")
-    ignores = [(path, i, line) for path in DOCKERFILES.values()
-               for i, line in enumerate(path.read_text().splitlines()) if "hadolint ignore=" in line]
+    ignores = [
+        (path, i, line)
+        for path in DOCKERFILES.values()
+        for i, line in enumerate(path.read_text().splitlines())
+        if "hadolint ignore=" in line
+    ]
     assert ignores, "no inline ignore left: drop this test"
     assert not (REPO / ".hadolint.yaml").exists(), "rules are silenced inline, next to their reason"
     for path, i, line in ignores:
@@ -55,7 +59,7 @@ def test_every_hadolint_ignore_is_needed(tmp_path, require):
         assert lines[i - 1].lstrip().startswith("#"), f"{path.name}:{i + 1}: no reason above the ignore"
         rules = line.split("ignore=", 1)[1].split(",")
         stripped = tmp_path / path.name
-        stripped.write_text("\n".join(lines[:i] + lines[i + 1:]) + "\n")
+        stripped.write_text("\n".join(lines[:i] + lines[i + 1 :]) + "\n")
         out = subprocess.run([hadolint, "--no-color", str(stripped)], capture_output=True, text=True, timeout=60)
         fired = set(re.findall(r"\b(DL\d{4})\b", out.stdout))
         assert set(rules) <= fired, f"{path.name}:{i + 1}: {sorted(set(rules) - fired)} never fire"
@@ -110,11 +114,13 @@ def test_layout_bash_pipefail_deps_before_source_and_no_secrets(dockerfile):
     ins = _instructions(dockerfile)
     assert 'SHELL ["/bin/bash", "-o", "pipefail", "-c"]' in ins
     source = ins.index("COPY npu_rl/ npu_rl/")
-    deps = min(i for i, x in enumerate(ins) if x.startswith("RUN") and "--require-hashes" in x
-               and "-r configs/locks/" in x)
+    deps = min(
+        i for i, x in enumerate(ins) if x.startswith("RUN") and "--require-hashes" in x and "-r configs/locks/" in x
+    )
     assert deps < source, "the locked set must be installed before the source is copied"
-    assert not [x for x in ins if x.startswith("RUN") and "pip install" in x
-                and "--no-deps" not in x], "every pip install is the lock's or --no-deps"
+    assert not [x for x in ins if x.startswith("RUN") and "pip install" in x and "--no-deps" not in x], (
+        "every pip install is the lock's or --no-deps"
+    )
     assert not [x for x in ins if re.match(r"(ARG|ENV)\s+\w*(TOKEN|PASSWORD|SECRET|KEY)\b", x)]
     entry = [x for x in ins if x.startswith("ENTRYPOINT")]
     assert entry == ['ENTRYPOINT ["/opt/npu-rl/entrypoints/entrypoint.sh"]']
@@ -135,11 +141,18 @@ def test_cpu_image_runs_the_demo_by_default():
 def test_dockerignore_sends_what_the_dockerfiles_copy():
     from docker.utils.build import exclude_paths
 
-    patterns = [x.strip() for x in (REPO / ".dockerignore").read_text().splitlines()
-                if x.strip() and not x.startswith("#")]
+    patterns = [
+        x.strip() for x in (REPO / ".dockerignore").read_text().splitlines() if x.strip() and not x.startswith("#")
+    ]
     sent = exclude_paths(str(REPO), patterns, dockerfile="docker/Dockerfile")
-    for required in ("pyproject.toml", "configs/versions.yaml", "entrypoints/entrypoint.sh",
-                     "npu_rl/platform/cann.py", "npu_rl/cli.py", "docker/cann/README.md"):
+    for required in (
+        "pyproject.toml",
+        "configs/versions.yaml",
+        "entrypoints/entrypoint.sh",
+        "npu_rl/platform/cann.py",
+        "npu_rl/cli.py",
+        "docker/cann/README.md",
+    ):
         assert required in sent, required
     for path in sent:
         assert not path.startswith((".venv", ".git/", "workspace/", "tests/")), path

@@ -11,7 +11,9 @@ from npu_rl.image.spec import build_args, spec
 def test_parse_docker_and_podman_step_lines():
     assert parse_chunk({"stream": "Step 2/7 : RUN pip install x\n"}) == [Event("step", "RUN pip install x", 2, 7)]
     assert parse_chunk({"stream": "STEP 3/4: COPY a /a\n--> 4d77\n"}) == [
-        Event("step", "COPY a /a", 3, 4), Event("output", "--> 4d77")]
+        Event("step", "COPY a /a", 3, 4),
+        Event("output", "--> 4d77"),
+    ]
     assert parse_chunk({"stream": "\n"}) == []
 
 
@@ -29,8 +31,12 @@ def test_display_tracks_steps_and_keeps_a_tail():
 
     console = Console(file=io.StringIO(), force_terminal=False, record=True, width=120)
     with Display("t", console=console, tail_lines=2) as d:
-        for chunk in ({"stream": "Step 1/2 : FROM scratch\n"}, {"stream": "a [b]\nc\n"},
-                      {"stream": "Step 2/2 : COPY x /x\n"}, {"stream": "d\n"}):
+        for chunk in (
+            {"stream": "Step 1/2 : FROM scratch\n"},
+            {"stream": "a [b]\nc\n"},
+            {"stream": "Step 2/2 : COPY x /x\n"},
+            {"stream": "d\n"},
+        ):
             d.feed(parse_chunk(chunk))
         d.finish()
         assert d.step == (2, 2, "COPY x /x")
@@ -73,13 +79,17 @@ def _context(tmp_path, dockerfile: str):
 
 def test_build_through_the_docker_api(podman_api, tmp_path):
     """A Dockerfile without RUN steps, built by podman's Docker-compatible API through npu_rl.image."""
-    ctx = _context(tmp_path, "FROM scratch\nARG VERL_COMMIT\nARG CHIP\n"
-                             'LABEL io.npu-rl.verl.commit="${VERL_COMMIT}" io.npu-rl.chip="${CHIP}"\n'
-                             "COPY hello.txt /hello.txt\n")
+    ctx = _context(
+        tmp_path,
+        "FROM scratch\nARG VERL_COMMIT\nARG CHIP\n"
+        'LABEL io.npu-rl.verl.commit="${VERL_COMMIT}" io.npu-rl.chip="${CHIP}"\n'
+        "COPY hello.txt /hello.txt\n",
+    )
     client = image_build.connect(podman_api)
     args = {k: v for k, v in build_args("a3").items() if k in ("VERL_COMMIT", "CHIP")}
-    image_id = image_api.build_image(client, context=ctx, dockerfile="docker/Dockerfile", tag="npu-rl-test:sdk",
-                                       buildargs=args)
+    image_id = image_api.build_image(
+        client, context=ctx, dockerfile="docker/Dockerfile", tag="npu-rl-test:sdk", buildargs=args
+    )
     try:
         image = client.images.get("npu-rl-test:sdk")
         assert image.id == image_id or image.id.endswith(image_id.split(":")[-1])
@@ -93,8 +103,7 @@ def test_failed_build_is_a_user_error_naming_the_step(podman_api, tmp_path):
     ctx = _context(tmp_path, "FROM scratch\nCOPY missing.txt /x\n")
     client = image_build.connect(podman_api)
     with pytest.raises(UserError) as err:
-        image_api.build_image(client, context=ctx, dockerfile="docker/Dockerfile", tag="npu-rl-test:bad",
-                                buildargs={})
+        image_api.build_image(client, context=ctx, dockerfile="docker/Dockerfile", tag="npu-rl-test:bad", buildargs={})
     message = str(err.value)
     assert message.startswith("building npu-rl-test:bad failed at step 2/2 (COPY missing.txt /x):")
     assert "missing.txt" in message.split(":", 2)[2] and "\n" not in message

@@ -63,7 +63,8 @@ def test_ensure_runs_the_installers_in_order(tmp_path):
         "mkdir -p $root/ascend-toolkit/latest/aarch64-linux\n"
         "echo version=8.2.RC1 > $root/ascend-toolkit/latest/aarch64-linux/ascend_toolkit_install.info\n"
         "echo 'export TOOLKIT_ENV=1' > $root/ascend-toolkit/set_env.sh\n"
-        f"echo toolkit $@ >> {log}\n")
+        f"echo toolkit $@ >> {log}\n"
+    )
     (pkgs / files["kernels"]).write_text(f"#!/bin/bash\necho kernels env=$TOOLKIT_ENV >> {log}\n")
     (pkgs / files["nnal"]).write_text(f"#!/bin/bash\necho nnal env=$TOOLKIT_ENV >> {log}\n")
     done = cann.ensure(root, "8.2.RC1", "a3", pkgs, arch="aarch64")
@@ -88,14 +89,46 @@ def test_runs_standalone_as_in_the_image_build(tmp_path):
     script = tmp_path / "cann.py"
     script.write_text(Path(cann.__file__).read_text())
     root = _toolkit(tmp_path / "Ascend", "8.2.RC1")
-    ok = subprocess.run([sys.executable, "-I", str(script), "ensure", "--version", "8.2.RC1", "--chip", "a2",
-                         "--packages", str(tmp_path), "--root", str(root)], capture_output=True, text=True,
-                        cwd=tmp_path)
+    ok = subprocess.run(
+        [
+            sys.executable,
+            "-I",
+            str(script),
+            "ensure",
+            "--version",
+            "8.2.RC1",
+            "--chip",
+            "a2",
+            "--packages",
+            str(tmp_path),
+            "--root",
+            str(root),
+        ],
+        capture_output=True,
+        text=True,
+        cwd=tmp_path,
+    )
     assert ok.returncode == 0, ok.stderr
     assert "already has CANN 8.2.RC1" in ok.stdout
-    bad = subprocess.run([sys.executable, "-I", str(script), "ensure", "--version", "8.2.RC1", "--chip", "a3",
-                          "--packages", str(tmp_path), "--root", str(root)], capture_output=True, text=True,
-                         cwd=tmp_path)
+    bad = subprocess.run(
+        [
+            sys.executable,
+            "-I",
+            str(script),
+            "ensure",
+            "--version",
+            "8.2.RC1",
+            "--chip",
+            "a3",
+            "--packages",
+            str(tmp_path),
+            "--root",
+            str(root),
+        ],
+        capture_output=True,
+        text=True,
+        cwd=tmp_path,
+    )
     assert bad.returncode == 1
     assert bad.stderr.startswith("cann: error:") and len(bad.stderr.strip().splitlines()) == 1
 
@@ -108,9 +141,25 @@ def test_only_a_declared_stand_in_base_builds_without_any_cann(tmp_path, stand_i
     env = {"PATH": "/usr/bin:/bin", cann.STAND_IN_MARKER: stand_in}
 
     def ensure(root: Path) -> subprocess.CompletedProcess:
-        return subprocess.run([sys.executable, "-I", str(script), "ensure", "--version", "8.2.RC1", "--chip", "a3",
-                               "--packages", str(tmp_path), "--root", str(root)], capture_output=True, text=True,
-                              env=env)
+        return subprocess.run(
+            [
+                sys.executable,
+                "-I",
+                str(script),
+                "ensure",
+                "--version",
+                "8.2.RC1",
+                "--chip",
+                "a3",
+                "--packages",
+                str(tmp_path),
+                "--root",
+                str(root),
+            ],
+            capture_output=True,
+            text=True,
+            env=env,
+        )
 
     empty = ensure(tmp_path / "none")
     if stand_in:

@@ -35,14 +35,17 @@ def test_missing_control_devices(tmp_path):
     assert devices.missing_control_devices(dev) == ["devmm_svm", "hisi_hdc"]
 
 
-@pytest.mark.parametrize("spec,expected", [("all", [0, 1, 2, 3]), ("2", [2]), ("0,3", [0, 3]), ("1-3", [1, 2, 3]),
-                                           (" 3, 0-1 ", [0, 1, 3])])
+@pytest.mark.parametrize(
+    "spec,expected", [("all", [0, 1, 2, 3]), ("2", [2]), ("0,3", [0, 3]), ("1-3", [1, 2, 3]), (" 3, 0-1 ", [0, 1, 3])]
+)
 def test_parse_selection(spec, expected):
     assert devices.parse_selection(spec, [0, 1, 2, 3]) == expected
 
 
-@pytest.mark.parametrize("spec,message", [("7", "/dev/davinci7 not found"), ("a", "not an id"),
-                                          ("3-1", "backwards"), (",", "selects no device")])
+@pytest.mark.parametrize(
+    "spec,message",
+    [("7", "/dev/davinci7 not found"), ("a", "not an id"), ("3-1", "backwards"), (",", "selects no device")],
+)
 def test_parse_selection_errors_name_the_problem(spec, message):
     with pytest.raises(UserError, match=message):
         devices.parse_selection(spec, [0, 1, 2, 3])

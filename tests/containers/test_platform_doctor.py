@@ -38,8 +38,19 @@ def _by_name(results):
 def test_ready_a2_host_passes_every_train_check(fake_host, ready_workspace, npu_image):
     host = fake_host(devices=8, smi="a2").host()
     results = run_checks(load_recipe(A2_1CARD), "train", host=host)
-    assert {r.name for r in results} == {"verl", "torch_npu", "CANN", "driver", "devices", "HBM", "shm", "model",
-                                         "data", "disk", "ports"}
+    assert {r.name for r in results} == {
+        "verl",
+        "torch_npu",
+        "CANN",
+        "driver",
+        "devices",
+        "HBM",
+        "shm",
+        "model",
+        "data",
+        "disk",
+        "ports",
+    }
     assert [r for r in results if r.status != "ok"] == []
     assert "using 0" in _by_name(results)["devices"].detail
     preflight(load_recipe(A2_1CARD), for_job="train", host=host)
@@ -54,8 +65,7 @@ def test_cann_mismatch_fails_with_a_one_line_fix(fake_host, ready_workspace, npu
     assert "npu-rl image build --variant a2" in message and "\n" not in message
 
 
-def test_an_image_on_the_stand_in_base_says_it_can_only_rehearse(fake_host, ready_workspace, npu_image,
-                                                                 monkeypatch):
+def test_an_image_on_the_stand_in_base_says_it_can_only_rehearse(fake_host, ready_workspace, npu_image, monkeypatch):
     from npu_rl.platform import cann
 
     host = fake_host(cann=None).host()
@@ -126,8 +136,7 @@ def test_busy_port_fails(fake_host, ready_workspace, npu_image):
         s.bind(("0.0.0.0", 0))
         s.listen()
         port = s.getsockname()[1]
-        results = _by_name(run_checks(load_recipe(A2_1CARD), "train", host=fake_host().host(),
-                                             ports=[port]))
+        results = _by_name(run_checks(load_recipe(A2_1CARD), "train", host=fake_host().host(), ports=[port]))
     assert results["ports"].status == "fail" and results["ports"].detail == f"port {port} in use"
 
 

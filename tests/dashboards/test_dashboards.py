@@ -26,16 +26,24 @@ REPO = Path(__file__).resolve().parents[2]
 RECIPE = "tiny_math_cpu"
 STEPS = 2  # the notebook_run fixture's NOTEBOOK_STEPS (tests/conftest.py)
 # The metrics the recipe's guide reads in SwanLab and TensorBoard (the source article's 训练指标).
-METRICS = ["actor/entropy", "actor/kl_loss", "actor/pg_loss", "critic/score/mean", "actor/pg_clipfrac",
-           "actor/grad_norm", "response_length/mean"]
+METRICS = [
+    "actor/entropy",
+    "actor/kl_loss",
+    "actor/pg_loss",
+    "critic/score/mean",
+    "actor/pg_clipfrac",
+    "actor/grad_norm",
+    "response_length/mean",
+]
 ARTIFACTS = Path(os.environ.get("NPU_RL_TEST_ARTIFACTS", REPO / "workspace" / "test-artifacts")) / "dashboards"
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(900)]
 
 
 def _npu_rl(*argv: str, env: dict, **kw) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "npu_rl", *argv], env=env, capture_output=True, text=True,
-                          timeout=600, **kw)
+    return subprocess.run(
+        [sys.executable, "-m", "npu_rl", *argv], env=env, capture_output=True, text=True, timeout=600, **kw
+    )
 
 
 @pytest.fixture(scope="module")
@@ -58,9 +66,23 @@ def test_dashboards_show_the_runs_metrics_and_the_report_links_them(run_dir, tmp
     if not (browser and driver):
         missing_setup("no chromium/chromedriver", "apt-get install chromium chromium-driver (.ci/apt-packages.txt)")
     ports = {"tensorboard": free_port(), "swanlab": free_port()}
-    serve = subprocess.Popen([sys.executable, "-m", "npu_rl", "dashboard", "--run", str(run_dir),
-                              "--tensorboard-port", str(ports["tensorboard"]), "--swanlab-port", str(ports["swanlab"])],
-                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    serve = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "npu_rl",
+            "dashboard",
+            "--run",
+            str(run_dir),
+            "--tensorboard-port",
+            str(ports["tensorboard"]),
+            "--swanlab-port",
+            str(ports["swanlab"]),
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
     states = [state_file(run_dir, k) for k in ("tensorboard", "swanlab")]
     try:
         deadline = time.monotonic() + 120
@@ -94,8 +116,9 @@ def test_dashboards_show_the_runs_metrics_and_the_report_links_them(run_dir, tmp
         assert sw_link == urls["swanlab"] + f"experiment/{experiment['id']}/chart"
         with chromium() as page:
             tb_text = open_until(page, tb_link, ["Tags matching filter", "actor/entropy"], tmp_path / "tensorboard.png")
-            sw_text = open_until(page, sw_link, [RECIPE, "actor/entropy", "critic/score/mean"],
-                                 tmp_path / "swanlab.png")
+            sw_text = open_until(
+                page, sw_link, [RECIPE, "actor/entropy", "critic/score/mean"], tmp_path / "swanlab.png"
+            )
         for png in ("tensorboard.png", "swanlab.png"):
             assert (tmp_path / png).stat().st_size > 20_000, png
             shutil.copy(tmp_path / png, ARTIFACTS / png)
@@ -106,11 +129,14 @@ def test_dashboards_show_the_runs_metrics_and_the_report_links_them(run_dir, tmp
         # that makes the entropy rule fire on this healthy run: the starting value is the median of both
         # steps, so whichever step's entropy is lower falls below it, whether entropy rose or fell).
         th = tmp_path / "thresholds.yaml"
-        th.write_text("entropy:\n  warn_below: 100.0\n  critical_below: 50.0\n  fall_fraction: 1.0\n"
-                      "  min_points: 1\n  baseline_points: 2\n")
+        th.write_text(
+            "entropy:\n  warn_below: 100.0\n  critical_below: 50.0\n  fall_fraction: 1.0\n"
+            "  min_points: 1\n  baseline_points: 2\n"
+        )
         env = {**os.environ}
-        linked = _npu_rl("report", "--run", str(run_dir), "--thresholds", str(th), "--out", str(tmp_path / "r1"),
-                         env=env)
+        linked = _npu_rl(
+            "report", "--run", str(run_dir), "--thresholds", str(th), "--out", str(tmp_path / "r1"), env=env
+        )
         assert linked.returncode == 2, linked.stderr
         html = (tmp_path / "r1" / "report.html").read_text()
         assert f'href="{tb_link.replace("&", "&amp;")}"' in html and f'href="{sw_link}"' in html
@@ -122,7 +148,8 @@ def test_dashboards_show_the_runs_metrics_and_the_report_links_them(run_dir, tmp
     assert rc == 128 + signal.SIGTERM
     assert not [s for s in states if s.exists()]
     assert not answers(urls["tensorboard"]) and not answers(urls["swanlab"])
-    plain = _npu_rl("report", "--run", str(run_dir), "--thresholds", str(th), "--out", str(tmp_path / "r2"),
-                    env={**os.environ})
+    plain = _npu_rl(
+        "report", "--run", str(run_dir), "--thresholds", str(th), "--out", str(tmp_path / "r2"), env={**os.environ}
+    )
     html = (tmp_path / "r2" / "report.html").read_text()
     assert "127.0.0.1" not in html and "TensorBoard" not in plain.stdout

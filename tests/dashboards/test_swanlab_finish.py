@@ -65,8 +65,9 @@ def _run(tmp_path: Path, case: str, ending: str, patched: bool = True) -> tuple[
     env = {k: v for k, v in os.environ.items() if not k.startswith(("NPU_RL_PATCHES", "SWANLAB_"))}
     env.update(env_for(["swanlab_finish"] if patched else []))
     env.update(SWANLAB_MODE="local", SWANLAB_LOG_DIR=str(logdir))
-    out = subprocess.run([sys.executable, "-c", CHILD, case, ending], env=env, cwd=tmp_path, capture_output=True,
-                         text=True, timeout=240)
+    out = subprocess.run(
+        [sys.executable, "-c", CHILD, case, ending], env=env, cwd=tmp_path, capture_output=True, text=True, timeout=240
+    )
     assert out.returncode == 0 and "fit ended" in out.stdout, (out.stdout[-2000:], out.stderr[-3000:])
     return out, logdir
 

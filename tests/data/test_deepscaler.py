@@ -15,8 +15,10 @@ from npu_rl.reward.math import compute_score
 
 def _items(n: int) -> list[dict]:
     # Our own problems in the dataset's schema (problem, answer, solution).
-    return [{"problem": f"What is ${k} + {k}$?", "answer": str(2 * k), "solution": f"${k}+{k}={2 * k}$"}
-            for k in range(1, n + 1)]
+    return [
+        {"problem": f"What is ${k} + {k}$?", "answer": str(2 * k), "solution": f"${k}+{k}={2 * k}$"}
+        for k in range(1, n + 1)
+    ]
 
 
 def test_cli_splits_in_file_order_with_raw_prompts(tmp_path):
@@ -29,8 +31,10 @@ def test_cli_splits_in_file_order_with_raw_prompts(tmp_path):
     assert [r["reward_model"]["ground_truth"] for r in test] == ["38", "40"]
     assert {r["data_source"] for r in train + test} == {"deepscaler"}
     # the ground truth is what the recipe's reward grades a boxed answer against
-    assert compute_score("deepscaler", "<answer>\\boxed{40}</answer>", test[-1]["reward_model"]["ground_truth"])[
-        "acc"] == 1.0
+    assert (
+        compute_score("deepscaler", "<answer>\\boxed{40}</answer>", test[-1]["reward_model"]["ground_truth"])["acc"]
+        == 1.0
+    )
 
 
 def test_deepseek_recipe_prepares_deepscaler(tmp_path, monkeypatch):
@@ -46,12 +50,15 @@ def test_deepseek_recipe_prepares_deepscaler(tmp_path, monkeypatch):
     assert (len(train), len(val)) == (9, 1)  # int(11 * 0.9) = 9 by position; the empty problem is skipped
 
 
-@pytest.mark.parametrize("content, message", [
-    ("{}", "expected a JSON list"),
-    ("not json", "not a JSON file"),
-    (json.dumps([{"problem": "p"}] * 5), "no usable row"),
-    (json.dumps([1, "x", None, {"problem": "p", "answer": ["1"]}] * 3), "no usable row"),
-])
+@pytest.mark.parametrize(
+    "content, message",
+    [
+        ("{}", "expected a JSON list"),
+        ("not json", "not a JSON file"),
+        (json.dumps([{"problem": "p"}] * 5), "no usable row"),
+        (json.dumps([1, "x", None, {"problem": "p", "answer": ["1"]}] * 3), "no usable row"),
+    ],
+)
 def test_bad_input_is_one_error_line(tmp_path, capsys, content, message):
     (tmp_path / "deepscaler.json").write_text(content, encoding="utf-8")
     assert main(["data", "deepscaler", "--from", str(tmp_path / "deepscaler.json"), "--out", str(tmp_path / "o")]) == 2
@@ -73,7 +80,19 @@ def test_opencompass_eval_of_a_deepscaler_recipe_says_how_to_point_it_at_math(tm
     monkeypatch.setenv("NPU_RL_WORKSPACE", str(tmp_path))
     for d in ("models/DeepSeek-R1-bf16", "m"):
         (tmp_path / d).mkdir(parents=True)
-    code = main(["eval", "--recipe", "deepseek_r1_671b_a3", "--backend", "opencompass", "--dry-run",
-                 "--model", str(tmp_path / "m"), "--baseline", "none"])
+    code = main(
+        [
+            "eval",
+            "--recipe",
+            "deepseek_r1_671b_a3",
+            "--backend",
+            "opencompass",
+            "--dry-run",
+            "--model",
+            str(tmp_path / "m"),
+            "--baseline",
+            "none",
+        ]
+    )
     err = capsys.readouterr().err.strip().splitlines()
     assert code == 2 and len(err) == 1 and "--set data.format=math-lighteval" in err[0], err

@@ -20,16 +20,26 @@ from npu_rl.data.sample import sample_dir
 
 def test_conversion_matches_verl_math_dataset_format():
     rows, skipped = convert_rows(
-        [{"problem": "What is $1+1$?", "level": "Level 1", "type": "Algebra",
-          "solution": "We have $1+1=\\boxed{2}$. Also \\boxed{\\frac{1}{2}} is last."}], "train")
+        [
+            {
+                "problem": "What is $1+1$?",
+                "level": "Level 1",
+                "type": "Algebra",
+                "solution": "We have $1+1=\\boxed{2}$. Also \\boxed{\\frac{1}{2}} is last.",
+            }
+        ],
+        "train",
+    )
     assert skipped == 0
-    assert rows == [{
-        "data_source": DATA_SOURCE,
-        "prompt": [{"role": "user", "content": f"What is $1+1$? {INSTRUCTION}"}],
-        "ability": "math",
-        "reward_model": {"style": "rule", "ground_truth": "\\frac{1}{2}"},
-        "extra_info": {"split": "train", "index": 0},
-    }]
+    assert rows == [
+        {
+            "data_source": DATA_SOURCE,
+            "prompt": [{"role": "user", "content": f"What is $1+1$? {INSTRUCTION}"}],
+            "ability": "math",
+            "reward_model": {"style": "rule", "ground_truth": "\\frac{1}{2}"},
+            "extra_info": {"split": "train", "index": 0},
+        }
+    ]
 
 
 def test_rows_without_a_boxed_answer_are_skipped():
@@ -83,8 +93,10 @@ def test_prepare_reports_counts(tmp_path):
 def test_null_and_numeric_cells_are_skipped_and_an_empty_split_is_refused(tmp_path, capsys):
     src = tmp_path / "src"
     src.mkdir()
-    pq.write_table(pa.table({"problem": ["p", None, "q"], "solution": ["\\boxed{1}", "\\boxed{2}", None]}),
-                   src / "train-00000-of-00001.parquet")
+    pq.write_table(
+        pa.table({"problem": ["p", None, "q"], "solution": ["\\boxed{1}", "\\boxed{2}", None]}),
+        src / "train-00000-of-00001.parquet",
+    )
     pq.write_table(pa.table({"problem": [1, 2], "solution": [3, 4]}), src / "test-00000-of-00001.parquet")
     assert main(["data", "math", "--from", str(src), "--out", str(tmp_path / "o")]) == 2
     err = capsys.readouterr().err.strip().splitlines()

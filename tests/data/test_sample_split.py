@@ -24,9 +24,14 @@ def test_committed_parquet_is_what_the_generator_writes():
         assert pq.read_table(path).to_pylist() == rows, f"{path} is stale: python -m npu_rl.data.sample"
 
 
-FORMS = {"opposite": r"^What is the opposite of \$\d+\$", "distance": r"^How far is \$-\d+\$ from \$0\$",
-         "abs": r"^What is \$\|-", "double negative": r"^Simplify \$-\(-",
-         "times -1": r"\\times \(-1\)", "negated abs": r"^What is \$-\|"}
+FORMS = {
+    "opposite": r"^What is the opposite of \$\d+\$",
+    "distance": r"^How far is \$-\d+\$ from \$0\$",
+    "abs": r"^What is \$\|-",
+    "double negative": r"^Simplify \$-\(-",
+    "times -1": r"\\times \(-1\)",
+    "negated abs": r"^What is \$-\|",
+}
 
 
 def test_every_form_is_in_both_splits_and_its_worked_answer_scores():
@@ -51,7 +56,9 @@ def test_copying_the_problems_expression_earns_nothing():
         m = re.search(r"\$([^$]*[|(\\][^$]*)\$", row["problem"])
         if m is None:
             continue
-        r = compute_score("math", f"<answer>\n\\boxed{{{m.group(1)}}}\n</answer>", extract_ground_truth(row["solution"]))
+        r = compute_score(
+            "math", f"<answer>\n\\boxed{{{m.group(1)}}}\n</answer>", extract_ground_truth(row["solution"])
+        )
         assert (r["acc"], r["unevaluated"]) == (0.0, 1.0), (m.group(1), r)
         copied += 1
     assert copied >= 10

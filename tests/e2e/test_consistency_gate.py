@@ -18,8 +18,12 @@ from npu_rl.recipe import load_recipe
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(900)]
 
-SETS = {"logging.experiment": "gate", "algorithm.total_training_steps": 3, "checkpoint.save_freq": 1,
-        f"env.{DRILL_ENV}": WEIGHTS_DRILL}
+SETS = {
+    "logging.experiment": "gate",
+    "algorithm.total_training_steps": 3,
+    "checkpoint.save_freq": 1,
+    f"env.{DRILL_ENV}": WEIGHTS_DRILL,
+}
 
 
 def test_a_broken_weight_sync_is_stopped_at_step_one_before_the_update(tmp_path, monkeypatch, capfd, tiny_model):
@@ -34,8 +38,9 @@ def test_a_broken_weight_sync_is_stopped_at_step_one_before_the_update(tmp_path,
     out, err = capfd.readouterr()
     (line,) = [ln for ln in err.splitlines() if ln.startswith("npu-rl: error:")]
     limit = recipe.consistency.max_probs_diff_mean
-    assert line.startswith("npu-rl: error: consistency gate at step 1: the rollout's token probabilities differ "
-                           "from the trainer's by "), line
+    assert line.startswith(
+        "npu-rl: error: consistency gate at step 1: the rollout's token probabilities differ from the trainer's by "
+    ), line
     assert f"({METRIC}; limit {limit:g})" in line and "stopped before the optimizer step" in line
     verdict = json.loads((run_files.log_root(recipe) / "consistency.json").read_text())
     (step,) = verdict["steps"]

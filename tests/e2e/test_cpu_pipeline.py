@@ -26,8 +26,13 @@ from npu_rl.report.scalars import load_run
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(1200)]
 
 STEPS = 4
-SETS = {"logging.experiment": "e2e", "algorithm.total_training_steps": STEPS, "checkpoint.save_freq": 1,
-        "checkpoint.max_to_keep": 2, "checkpoint.test_freq": 100}
+SETS = {
+    "logging.experiment": "e2e",
+    "algorithm.total_training_steps": STEPS,
+    "checkpoint.save_freq": 1,
+    "checkpoint.max_to_keep": 2,
+    "checkpoint.test_freq": 100,
+}
 ARGS = ["--recipe", "tiny_math_cpu", *[a for k, v in SETS.items() for a in ("--set", f"{k}={v}")]]
 
 
@@ -58,8 +63,13 @@ def test_sigterm_damaged_checkpoint_resume_finished_merge_load(tmp_path, monkeyp
 
     # 1. SIGTERM once step 2 is logged (verl saves a step's checkpoint before it logs the step).
     log = tmp_path / "train.out"
-    proc = subprocess.Popen([sys.executable, "-m", "npu_rl", "train", *ARGS], env={**os.environ},
-                            stdout=open(log, "w"), stderr=subprocess.STDOUT, start_new_session=True)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "npu_rl", "train", *ARGS],
+        env={**os.environ},
+        stdout=open(log, "w"),
+        stderr=subprocess.STDOUT,
+        start_new_session=True,
+    )
     try:
         deadline = time.monotonic() + 300
         while "step:2 - " not in log.read_text(errors="replace"):
@@ -123,8 +133,15 @@ def test_sigterm_damaged_checkpoint_resume_finished_merge_load(tmp_path, monkeyp
 
     scalars = load_run(run_files.log_root(recipe))
     assert list(scalars["timing_s/step"].steps) == list(range(1, STEPS + 1))
-    for tag in ("actor/pg_loss", "actor/kl_loss", "critic/score/mean", "response_length/mean", "reward/acc",
-                "reward/boxed", "reward/unevaluated"):
+    for tag in (
+        "actor/pg_loss",
+        "actor/kl_loss",
+        "critic/score/mean",
+        "response_length/mean",
+        "reward/acc",
+        "reward/boxed",
+        "reward/unevaluated",
+    ):
         assert tag in scalars, tag
 
     # 4. A finished run run again trains nothing.
@@ -136,7 +153,10 @@ def test_sigterm_damaged_checkpoint_resume_finished_merge_load(tmp_path, monkeyp
     # 5. verl writes config and tokenizer into actor/huggingface at save time; without weights it is not merged.
     assert main(["eval", *ARGS, "--step", str(STEPS)]) == 2
     err = capfd.readouterr().err.strip().splitlines()[-1]
-    assert err == f"npu-rl: error: step {STEPS} is not merged yet: run `npu-rl merge --recipe tiny_math_cpu --step {STEPS}`"
+    assert (
+        err
+        == f"npu-rl: error: step {STEPS} is not merged yet: run `npu-rl merge --recipe tiny_math_cpu --step {STEPS}`"
+    )
 
     # 6. Merge, load, generate.
     assert main(["merge", *ARGS]) == 0
@@ -148,8 +168,9 @@ def test_sigterm_damaged_checkpoint_resume_finished_merge_load(tmp_path, monkeyp
     base = AutoModelForCausalLM.from_pretrained(run_files.model_dir(recipe))
     assert model.config.model_type == "qwen2"
     assert set(model.state_dict()) == set(base.state_dict())
-    prompt = tok.apply_chat_template([{"role": "user", "content": "What is $2 + 3$?"}], add_generation_prompt=True,
-                                     return_tensors="pt")
+    prompt = tok.apply_chat_template(
+        [{"role": "user", "content": "What is $2 + 3$?"}], add_generation_prompt=True, return_tensors="pt"
+    )
     out = model.generate(prompt, max_new_tokens=8, do_sample=False, pad_token_id=tok.pad_token_id)
     assert out.shape[1] > prompt.shape[1]
     assert torch.isfinite(model.model.embed_tokens.weight).all()

@@ -49,8 +49,10 @@ def test_demo_learns_the_answers_not_only_the_format(tmp_path, monkeypatch, capf
     # The base model answers in the format already: what it gains is the answers themselves.
     assert score[True, "boxed"] >= 50.0, score
     gain = score[False, "boxed accuracy"] - score[True, "boxed accuracy"]
-    assert gain >= BOXED_GAIN_POINTS, f"accuracy among boxed answers {score[True, 'boxed accuracy']:.2f} -> " \
-                                      f"{score[False, 'boxed accuracy']:.2f}: GRPO did not learn the answers"
+    assert gain >= BOXED_GAIN_POINTS, (
+        f"accuracy among boxed answers {score[True, 'boxed accuracy']:.2f} -> "
+        f"{score[False, 'boxed accuracy']:.2f}: GRPO did not learn the answers"
+    )
     assert trained >= FINAL_ACCURACY, f"held-out accuracy {base:.2f} -> {trained:.2f}"
 
     # The gain is in the answers themselves: the trained model's graded samples are right where the base
@@ -66,7 +68,8 @@ def test_demo_learns_the_answers_not_only_the_format(tmp_path, monkeypatch, capf
     # It learnt what the committed baseline run learnt (its reward and validation curves; the demo's seeds
     # make the run repeat on this machine): a change that alters learning fails here, by metric name.
     capfd.readouterr()
-    code = main(["report", "--compare", str(BASELINE), str(run_files.log_root(recipe)), "--learning",
-                 "--recipe", demo.RECIPE])
+    code = main(
+        ["report", "--compare", str(BASELINE), str(run_files.log_root(recipe)), "--learning", "--recipe", demo.RECIPE]
+    )
     verdict = capfd.readouterr().out
-    assert code == 0, verdict[verdict.find("FAIL"):] or verdict
+    assert code == 0, verdict[verdict.find("FAIL") :] or verdict

@@ -11,7 +11,6 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
-from pathlib import Path
 
 import pytest
 from packaging.markers import Marker
@@ -21,17 +20,31 @@ from npu_rl.envs import locks
 pytestmark = pytest.mark.slow
 
 PYTHON = "3.11.7"  # the patch level decides some pins (python_full_version markers)
-AARCH64 = {"sys_platform": "linux", "platform_system": "Linux", "platform_machine": "aarch64",
-           "python_version": "3.11", "python_full_version": PYTHON, "os_name": "posix",
-           "implementation_name": "cpython", "platform_python_implementation": "CPython", "extra": ""}
+AARCH64 = {
+    "sys_platform": "linux",
+    "platform_system": "Linux",
+    "platform_machine": "aarch64",
+    "python_version": "3.11",
+    "python_full_version": PYTHON,
+    "os_name": "posix",
+    "implementation_name": "cpython",
+    "platform_python_implementation": "CPython",
+    "extra": "",
+}
 # The base image is Ubuntu 22.04 (glibc 2.35): every manylinux level up to it.
 PLATFORMS = [f"manylinux_2_{minor}_aarch64" for minor in range(35, 16, -1)] + ["manylinux2014_aarch64"]
 ASCEND_LOCKS = [name for name, env in sorted(locks.envs().items()) if env.platform is None]
 
 
 def _aarch64_lines(env: locks.Env) -> str:
-    return "\n".join(p.text.split(" ;")[0].rstrip(" \\") + " \\\n" + "\n".join(p.text.splitlines()[1:])
-                     for p in locks.read(env) if not p.marker or Marker(p.marker).evaluate(AARCH64)) + "\n"
+    return (
+        "\n".join(
+            p.text.split(" ;")[0].rstrip(" \\") + " \\\n" + "\n".join(p.text.splitlines()[1:])
+            for p in locks.read(env)
+            if not p.marker or Marker(p.marker).evaluate(AARCH64)
+        )
+        + "\n"
+    )
 
 
 def test_the_ascend_locks_are_the_universal_ones():
@@ -44,15 +57,39 @@ def test_every_line_of_an_ascend_lock_installs_on_aarch64(name, tmp_path):
     reqs = tmp_path / f"{name}-aarch64.txt"
     reqs.write_text(_aarch64_lines(env), encoding="utf-8")
     report = tmp_path / "report.json"
-    cmd = [sys.executable, "-m", "pip", "install", "--dry-run", "--ignore-installed", "--no-deps", "--require-hashes",
-           "--quiet", "--report", str(report), "--python-version", PYTHON, "--implementation", "cp",
-           "--abi", "cp311", "--abi", "abi3", "--abi", "none", "-r", str(reqs)]
+    cmd = [
+        sys.executable,
+        "-m",
+        "pip",
+        "install",
+        "--dry-run",
+        "--ignore-installed",
+        "--no-deps",
+        "--require-hashes",
+        "--quiet",
+        "--report",
+        str(report),
+        "--python-version",
+        PYTHON,
+        "--implementation",
+        "cp",
+        "--abi",
+        "cp311",
+        "--abi",
+        "abi3",
+        "--abi",
+        "none",
+        "-r",
+        str(reqs),
+    ]
     for plat in PLATFORMS:
         cmd += ["--platform", plat]
     run = subprocess.run(cmd, capture_output=True, text=True, timeout=900)
-    assert run.returncode == 0, "\n".join(l for l in run.stderr.splitlines() if "is ignored" not in l)[-3000:]
-    chosen = {locks.canonicalize_name(item["metadata"]["name"]): item["download_info"]["url"].rsplit("/", 1)[-1]
-              for item in json.loads(report.read_text())["install"]}
+    assert run.returncode == 0, "\n".join(x for x in run.stderr.splitlines() if "is ignored" not in x)[-3000:]
+    chosen = {
+        locks.canonicalize_name(item["metadata"]["name"]): item["download_info"]["url"].rsplit("/", 1)[-1]
+        for item in json.loads(report.read_text())["install"]
+    }
     expected = {p.name for p in locks.read(env) if not p.marker or Marker(p.marker).evaluate(AARCH64)}
     assert len(chosen) == len(expected), sorted(expected ^ set(chosen))
     wrong = [f for f in chosen.values() if f.endswith(".whl") and not f.endswith("-any.whl") and "aarch64" not in f]
@@ -61,8 +98,24 @@ def test_every_line_of_an_ascend_lock_installs_on_aarch64(name, tmp_path):
     for filename in sorted(f for f in chosen.values() if not f.endswith(".whl")):
         project, version = filename[: -len(".tar.gz")].rsplit("-", 1)
         out = tmp_path / "wheels" / project
-        built = subprocess.run([sys.executable, "-m", "pip", "wheel", "--quiet", "--no-deps", "--no-binary", ":all:",
-                                "-w", str(out), f"{project}=={version}"], capture_output=True, text=True, timeout=600)
+        built = subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "pip",
+                "wheel",
+                "--quiet",
+                "--no-deps",
+                "--no-binary",
+                ":all:",
+                "-w",
+                str(out),
+                f"{project}=={version}",
+            ],
+            capture_output=True,
+            text=True,
+            timeout=600,
+        )
         assert built.returncode == 0, built.stderr[-2000:]
         wheels = [w.name for w in out.glob("*.whl")]
         assert wheels and all(w.endswith("-none-any.whl") for w in wheels), f"{filename} builds {wheels}"

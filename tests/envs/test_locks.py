@@ -20,9 +20,17 @@ from npu_rl.envs import locks
 REPO = Path(__file__).resolve().parents[2]
 ENVS = sorted(locks.envs())
 # Marker environment of the CPU locks' platform (x86_64 Linux, Python 3.11).
-CPU_MARKERS = {"sys_platform": "linux", "platform_system": "Linux", "platform_machine": "x86_64",
-               "python_version": "3.11", "python_full_version": "3.11.7", "os_name": "posix",
-               "implementation_name": "cpython", "platform_python_implementation": "CPython", "extra": ""}
+CPU_MARKERS = {
+    "sys_platform": "linux",
+    "platform_system": "Linux",
+    "platform_machine": "x86_64",
+    "python_version": "3.11",
+    "python_full_version": "3.11.7",
+    "os_name": "posix",
+    "implementation_name": "cpython",
+    "platform_python_implementation": "CPython",
+    "extra": "",
+}
 AARCH64_MARKERS = {**CPU_MARKERS, "platform_machine": "aarch64"}
 
 
@@ -37,8 +45,13 @@ def test_check_names_the_locks_a_moved_pin_makes_stale(tmp_path):
     shutil.copy(REPO / "pyproject.toml", home / "pyproject.toml")
     pins = home / "configs" / "versions.yaml"
     pins.write_text(pins.read_text().replace('pyarrow: "23.0.1"', 'pyarrow: "22.0.0"'))
-    out = subprocess.run([sys.executable, "-m", "npu_rl.envs.locks", "check"], capture_output=True, text=True,
-                         env={**os.environ, "NPU_RL_HOME": str(home)}, timeout=120)
+    out = subprocess.run(
+        [sys.executable, "-m", "npu_rl.envs.locks", "check"],
+        capture_output=True,
+        text=True,
+        env={**os.environ, "NPU_RL_HOME": str(home)},
+        timeout=120,
+    )
     assert out.returncode == 1
     stale = {line.split()[2].split("/")[-1].rstrip(":") for line in out.stderr.splitlines()}
     # pyarrow is pinned in the CPU and NPU sets and dev follows cpu; the eval sets pin it too.
@@ -55,7 +68,7 @@ def test_lock_satisfies_every_requirement_and_constraint(name):
     env = locks.get(name)
     pins = _pins(env)
     provided = {canonicalize_name(p) for p in env.provided}
-    for markers in ([CPU_MARKERS] if env.platform else [CPU_MARKERS, AARCH64_MARKERS]):
+    for markers in [CPU_MARKERS] if env.platform else [CPU_MARKERS, AARCH64_MARKERS]:
         # A requirement must be in the lock; a constraint only binds what is there.
         for line, required in [*((r, True) for r in env.requirements), *((c, False) for c in env.constraints)]:
             req = Requirement(line)
@@ -89,15 +102,34 @@ def test_ascend_locks_leave_the_base_image_packages_out(name):
 
 
 def test_dropping_provided_packages_keeps_what_others_need():
-    text = "\n".join([
-        "torch==2.5.1 \\", "    --hash=sha256:aa", "    # via -r -",
-        "nvidia-cublas-cu12==12.4.5.8 \\", "    --hash=sha256:bb", "    # via", "    #   nvidia-cudnn-cu12",
-        "    #   torch",
-        "nvidia-cudnn-cu12==9.1.0.70 \\", "    --hash=sha256:cc", "    # via torch",
-        "sympy==1.13.1 \\", "    --hash=sha256:dd", "    # via", "    #   -r -", "    #   torch",
-        "filelock==3.0 \\", "    --hash=sha256:ee", "    # via", "    #   datasets", "    #   torch",
-        "datasets==5.0.1 \\", "    --hash=sha256:ff", "    # via -r -",
-    ])
+    text = "\n".join(
+        [
+            "torch==2.5.1 \\",
+            "    --hash=sha256:aa",
+            "    # via -r -",
+            "nvidia-cublas-cu12==12.4.5.8 \\",
+            "    --hash=sha256:bb",
+            "    # via",
+            "    #   nvidia-cudnn-cu12",
+            "    #   torch",
+            "nvidia-cudnn-cu12==9.1.0.70 \\",
+            "    --hash=sha256:cc",
+            "    # via torch",
+            "sympy==1.13.1 \\",
+            "    --hash=sha256:dd",
+            "    # via",
+            "    #   -r -",
+            "    #   torch",
+            "filelock==3.0 \\",
+            "    --hash=sha256:ee",
+            "    # via",
+            "    #   datasets",
+            "    #   torch",
+            "datasets==5.0.1 \\",
+            "    --hash=sha256:ff",
+            "    # via -r -",
+        ]
+    )
     kept = [p.name for p in locks._drop_provided(locks.parse(text), ("torch",))]
     assert kept == ["sympy", "filelock", "datasets"]
 
@@ -127,8 +159,13 @@ def test_make_lock_regenerates_a_lock_as_it_is(tmp_path, name):
     overridden away is not written."""
     shutil.copytree(REPO / "configs", tmp_path / "configs")
     shutil.copy(REPO / "pyproject.toml", tmp_path / "pyproject.toml")
-    out = subprocess.run([sys.executable, "-m", "npu_rl.envs.locks", "compile", name], capture_output=True,
-                         text=True, timeout=600, env={**os.environ, "NPU_RL_HOME": str(tmp_path)})
+    out = subprocess.run(
+        [sys.executable, "-m", "npu_rl.envs.locks", "compile", name],
+        capture_output=True,
+        text=True,
+        timeout=600,
+        env={**os.environ, "NPU_RL_HOME": str(tmp_path)},
+    )
     assert out.returncode == 0, out.stderr[-3000:]
     assert (tmp_path / locks.LOCK_DIR / f"{name}.txt").read_text() == locks.get(name).path.read_text()
 
@@ -150,8 +187,9 @@ def test_a_ray_process_does_not_load_rfc3987_syntax():
 
 def _pins_on(env: locks.Env, markers: dict) -> dict[str, locks.Locked]:
     """The pins of a universal lock that hold on one platform (it may pin a package per Python)."""
-    return {p.name: p for p in locks.read(env)
-            if not p.marker or Requirement(f"x; {p.marker}").marker.evaluate(markers)}
+    return {
+        p.name: p for p in locks.read(env) if not p.marker or Requirement(f"x; {p.marker}").marker.evaluate(markers)
+    }
 
 
 @pytest.fixture(scope="module")
@@ -165,17 +203,37 @@ def base_layer_requirements(tmp_path_factory) -> list[str]:
     sdist = base_layer.fetch_sdist(*base_layer.sdist_pin())
     out = base_layer.vllm_requirements(sdist, build=False)
     folder = tmp_path_factory.mktemp("wheels")
-    subprocess.run([sys.executable, "-m", "pip", "download", "-q", "--no-deps", "--only-binary=:all:",
-                    "--platform", "manylinux2014_x86_64", "--python-version", "3.11", "-d", str(folder),
-                    f"vllm-ascend=={versions.get('ascend.vllm_ascend')}",
-                    f"torch-npu=={versions.get('ascend.torch_npu')}.*"], check=True, timeout=600)
+    subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pip",
+            "download",
+            "-q",
+            "--no-deps",
+            "--only-binary=:all:",
+            "--platform",
+            "manylinux2014_x86_64",
+            "--python-version",
+            "3.11",
+            "-d",
+            str(folder),
+            f"vllm-ascend=={versions.get('ascend.vllm_ascend')}",
+            f"torch-npu=={versions.get('ascend.torch_npu')}.*",
+        ],
+        check=True,
+        timeout=600,
+    )
     wheels = sorted(folder.glob("*.whl"))
     assert len(wheels) == 2, wheels
     for wheel in wheels:
         with zipfile.ZipFile(wheel) as z:
             meta = next(n for n in z.namelist() if n.endswith(".dist-info/METADATA"))
-            out += [line.split(":", 1)[1].strip() for line in z.read(meta).decode().splitlines()
-                    if line.startswith("Requires-Dist:")]
+            out += [
+                line.split(":", 1)[1].strip()
+                for line in z.read(meta).decode().splitlines()
+                if line.startswith("Requires-Dist:")
+            ]
     return out
 
 
@@ -200,7 +258,8 @@ def test_ascend_locks_keep_every_version_the_base_layer_requires(name, base_laye
             if have is None or (key == "torch" and "+" in str(req.specifier)):
                 continue
             if not req.specifier.contains(str(have), prereleases=True):
-                broken.append(f"{name}.txt has {key}=={have}, the base layer requires {line!r} "
-                              f"({markers['platform_machine']})")
+                broken.append(
+                    f"{name}.txt has {key}=={have}, the base layer requires {line!r} ({markers['platform_machine']})"
+                )
     assert not broken, "\n".join(sorted(set(broken)))
     assert len(base_layer_requirements) > 40  # vLLM's common requirements were read

@@ -32,6 +32,7 @@ pytestmark = pytest.mark.slow
 # and BOUNDARY shows what fails without the hiding, and why (npu_rl.envs.ascend_base states this
 # difference of the stand-in).
 from npu_rl.envs.ascend_base import BOUNDARY_ENV  # noqa: E402
+
 BOUNDARY = r"""
 import importlib, json, sys
 from importlib import metadata
@@ -118,25 +119,41 @@ def test_npu_lock_installs_imports_and_composes(tmp_path):
     if not python.is_file():
         missing_setup("no .venv-npu", "run `make npu-stack`")
     # The image build's check: strict, but the one line the stand-in's PyPI torch explains (x86_64).
-    check = subprocess.run([str(python), "-m", "npu_rl.envs.ascend_base", "pip-check"], capture_output=True,
-                           text=True, timeout=600, cwd=REPO)
+    check = subprocess.run(
+        [str(python), "-m", "npu_rl.envs.ascend_base", "pip-check"],
+        capture_output=True,
+        text=True,
+        timeout=600,
+        cwd=REPO,
+    )
     assert check.returncode == 0, check.stdout + check.stderr
     raw = subprocess.run([str(python), "-m", "pip", "check"], capture_output=True, text=True, timeout=600).stdout
     expected = 1 if platform.machine() == "x86_64" else 0
-    assert len([l for l in raw.splitlines() if "has requirement" in l or "requires" in l]) == expected, raw
+    assert len([x for x in raw.splitlines() if "has requirement" in x or "requires" in x]) == expected, raw
     # vllm-ascend's platform plugin is registered and names its NPU platform; torch_npu, and everything
     # that imports it (vLLM, vllm-ascend's platform and patches, verl), stop at CANN's libraries only.
     for mod in NEEDS_CANN:
-        boundary = subprocess.run([str(python), "-c", BOUNDARY, mod], capture_output=True, text=True, timeout=600,
-                                  cwd=REPO, env={**os.environ, BOUNDARY_ENV: "1"})
+        boundary = subprocess.run(
+            [str(python), "-c", BOUNDARY, mod],
+            capture_output=True,
+            text=True,
+            timeout=600,
+            cwd=REPO,
+            env={**os.environ, BOUNDARY_ENV: "1"},
+        )
         assert boundary.returncode == 0, boundary.stderr[-3000:]
         edge = json.loads(boundary.stdout.split("RESULT ", 1)[1])
         assert edge["plugins"] == ["ascend=vllm_ascend:register"]
         assert edge["register"] == "vllm_ascend.platform.NPUPlatform"
         assert "ImportError" in edge["import"] and re.search(r"lib\w+\.so", edge["import"]), (mod, edge["import"])
-    run = subprocess.run([str(python), "-c", PROBE, str(tmp_path / "t.parquet")], capture_output=True, text=True,
-                         timeout=600, cwd=REPO, env={**{k: v for k, v in os.environ.items() if k != "VLLM_PLUGINS"},
-                                                     "PYTHONPATH": str(REPO)})
+    run = subprocess.run(
+        [str(python), "-c", PROBE, str(tmp_path / "t.parquet")],
+        capture_output=True,
+        text=True,
+        timeout=600,
+        cwd=REPO,
+        env={**{k: v for k, v in os.environ.items() if k != "VLLM_PLUGINS"}, "PYTHONPATH": str(REPO)},
+    )
     assert run.returncode == 0, run.stderr[-3000:]
     result = json.loads(run.stdout.split("RESULT ", 1)[1])
     # The stand-in's own .pth did the hiding, before any import of the probe's.
@@ -156,7 +173,7 @@ def test_npu_lock_installs_imports_and_composes(tmp_path):
     # vllm_dp against vLLM 0.9.1 itself: DP 64 from the environment, each rank's DP rank and master.
     assert result["engine_args_dp"] == 1
     recipe = __import__("npu_rl.recipe", fromlist=["load_recipe"]).load_recipe("deepseek_r1_671b_a3")
-    for rank, got in result["ranks"].items():
+    for got in result["ranks"].values():
         assert got["size"] == recipe.rollout.data_parallel_size == 64, got
         assert str(got["rank"]) == got["env"]["VLLM_DP_RANK"], got
         assert got["ip"] == got["env"]["VLLM_DP_MASTER_IP"] and str(got["port"]) == got["env"]["VLLM_DP_MASTER_PORT"]

@@ -18,8 +18,9 @@ from npu_rl.envs import locks
 
 
 def release_digest(dist: metadata.Distribution) -> tuple[int, str]:
-    files = sorted(str(f) for f in dist.files or ()
-                   if str(f).split("/")[0] in ("verl", "scripts") and "__pycache__" not in str(f))
+    files = sorted(
+        str(f) for f in dist.files or () if str(f).split("/")[0] in ("verl", "scripts") and "__pycache__" not in str(f)
+    )
     lines = "".join(f"{f} {hashlib.sha256(dist.locate_file(f).read_bytes()).hexdigest()}\n" for f in files)
     return len(files), hashlib.sha256(lines.encode()).hexdigest()
 
@@ -42,6 +43,8 @@ def test_the_release_carries_the_converter_the_prepare_job_runs():
 
 
 def test_every_lock_installs_the_same_release():
-    pins = {name: {p.name: p.version for p in locks.read(locks.get(name))}.get("verl")
-            for name in ("cpu", "npu", "npu-eval")}
+    pins = {
+        name: {p.name: p.version for p in locks.read(locks.get(name))}.get("verl")
+        for name in ("cpu", "npu", "npu-eval")
+    }
     assert set(pins.values()) == {str(versions.get("verl.version"))}, pins

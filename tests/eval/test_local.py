@@ -41,8 +41,10 @@ def test_random_model_pipeline(tiny, val):
 
 def test_batching_does_not_change_greedy_outputs(tiny):
     model, tok = local.load_model(tiny, "cpu")
-    prompts = [tok.apply_chat_template([{"role": "user", "content": q}], add_generation_prompt=True, tokenize=False)
-               for q, _ in PROBLEMS]
+    prompts = [
+        tok.apply_chat_template([{"role": "user", "content": q}], add_generation_prompt=True, tokenize=False)
+        for q, _ in PROBLEMS
+    ]
     one = local.generate(model, tok, prompts, max_new_tokens=5, batch_size=1)
     many = local.generate(model, tok, prompts, max_new_tokens=5, batch_size=4)
     assert one == many

@@ -240,9 +240,10 @@ def test_cli_dry_run_writes_data_and_configs(tmp_path, math500, monkeypatch, cap
     assert len(json.loads((root / "data" / "data" / "math" / "math.json").read_text())) == 120
     configs = sorted(p.name for p in (root / "configs" / "models").iterdir())
     assert configs == ["npu_rl_qwen2_5_1_5b_instruct_hf.py", "npu_rl_qwen2_5_1_5b_instruct_rl_280.py"]
-    assert str(ws / "ckpt" / "proj" / "exp" / "global_step_280" / "actor" / "huggingface") in (
-        root / "configs" / "models" / configs[1]
-    ).read_text()
+    assert (
+        str(ws / "ckpt" / "proj" / "exp" / "global_step_280" / "actor" / "huggingface")
+        in (root / "configs" / "models" / configs[1]).read_text()
+    )
     out = capsys.readouterr().out
     assert "--datasets math_gen_a58d9d" in out and "--max-num-workers 4" in out
     assert f"COMPASS_DATA_CACHE={root / 'data'}" in out
@@ -323,8 +324,10 @@ def _opencompass() -> str:
     missing one fails instead of skipping."""
     exe = oc.find_executable()
     if exe is None:
-        missing_setup("no OpenCompass here", f"`make eval-venv` creates .venv-eval (or point {oc.EXECUTABLE_ENV} "
-                      "at an opencompass command)")
+        missing_setup(
+            "no OpenCompass here",
+            f"`make eval-venv` creates .venv-eval (or point {oc.EXECUTABLE_ENV} at an opencompass command)",
+        )
     return exe
 
 
@@ -352,14 +355,28 @@ N_PROBLEMS = 8
 
 
 @pytest.mark.slow
-def test_opencompass_runs_base_and_trained_into_the_table(tmp_path, tiny_models, complete_checkpoint, monkeypatch,
-                                                         capsys):
+def test_opencompass_runs_base_and_trained_into_the_table(
+    tmp_path, tiny_models, complete_checkpoint, monkeypatch, capsys
+):
     exe = _opencompass()
     ws, recipe = _oc_workspace(tmp_path, tiny_models, complete_checkpoint, step=8)
     monkeypatch.setenv("NPU_RL_WORKSPACE", str(ws))
     out = tmp_path / "eval"
-    args = ["eval", "--recipe", str(recipe), "--backend", "opencompass", "--limit", str(N_PROBLEMS),
-            "--max-out-len", "16", "--batch-size", "4", "--out", str(out)]
+    args = [
+        "eval",
+        "--recipe",
+        str(recipe),
+        "--backend",
+        "opencompass",
+        "--limit",
+        str(N_PROBLEMS),
+        "--max-out-len",
+        "16",
+        "--batch-size",
+        "4",
+        "--out",
+        str(out),
+    ]
     assert main(args) == 0, capsys.readouterr().err
     printed = capsys.readouterr().out
     root = out / "opencompass"
@@ -403,8 +420,19 @@ def test_opencompass_failing_model_is_one_error_line(tmp_path, tiny_models, comp
         b"not safetensors"
     )
     monkeypatch.setenv("NPU_RL_WORKSPACE", str(ws))
-    args = ["eval", "--recipe", str(recipe), "--backend", "opencompass", "--limit", "2", "--max-out-len", "4",
-            "--out", str(tmp_path / "eval")]
+    args = [
+        "eval",
+        "--recipe",
+        str(recipe),
+        "--backend",
+        "opencompass",
+        "--limit",
+        "2",
+        "--max-out-len",
+        "4",
+        "--out",
+        str(tmp_path / "eval"),
+    ]
     assert main(args) == 2
     err = capsys.readouterr().err
     assert err.startswith("npu-rl: error: ") and err.count("\n") == 1
@@ -428,6 +456,7 @@ def test_eval_environment_is_the_eval_lock():
         "import json, sys; from importlib import metadata; "
         "print(json.dumps({n: metadata.version(n) for n in sys.argv[1:]}))"
     )
-    installed = json.loads(subprocess.run([str(python), "-c", code, *locked], capture_output=True, text=True,
-                                          check=True).stdout)
+    installed = json.loads(
+        subprocess.run([str(python), "-c", code, *locked], capture_output=True, text=True, check=True).stdout
+    )
     assert {n: v for n, v in installed.items() if locked[n] != v} == {}

@@ -28,7 +28,10 @@ def test_deltas_pair_rows_by_dataset_and_metric():
 
 def test_no_baseline_means_no_deltas():
     assert ResultTable([Row("m", 5, "d", "accuracy", 1.0)]).deltas() == []
-    assert ResultTable([Row("b", 0, "d", "accuracy", 0.0, True), Row("m", 5, "d", "accuracy", 1.0)]).deltas()[0].relative is None
+    assert (
+        ResultTable([Row("b", 0, "d", "accuracy", 0.0, True), Row("m", 5, "d", "accuracy", 1.0)]).deltas()[0].relative
+        is None
+    )
 
 
 def test_markdown_and_csv(tmp_path):

@@ -135,7 +135,7 @@ def test_configmap_carries_the_recipe_the_head_trains(rendered):
     if target == "volcano":
         args = head["containers"][0]["args"]
         assert args[:3] == ["npu-rl", "ray", "head"]
-        train = args[args.index("--") + 1:]
+        train = args[args.index("--") + 1 :]
         assert args[args.index("--nodes") + 1] == str(mounted.resources.nnodes)
     else:
         entry = job["spec"]["entrypoint"]
@@ -298,8 +298,11 @@ def _strict(schema):
 
     def walk(node):
         if isinstance(node, dict):
-            if "properties" in node and "additionalProperties" not in node \
-                    and not node.get("x-kubernetes-preserve-unknown-fields"):
+            if (
+                "properties" in node
+                and "additionalProperties" not in node
+                and not node.get("x-kubernetes-preserve-unknown-fields")
+            ):
                 node["additionalProperties"] = False
             for v in node.values():
                 walk(v)
@@ -383,7 +386,7 @@ def test_the_readme_exit_code_table_is_the_exit_table(repo_root: Path):
     from npu_rl.exit_codes import Exit
 
     text = (repo_root / "docs" / "clusters.md").read_text(encoding="utf-8")
-    section = text[text.index("## When a run fails on a cluster"):]
+    section = text[text.index("## When a run fails on a cluster") :]
     rows = [line.split("|") for line in section.splitlines() if line.startswith("| ") and "`" in line]
     table = {cells[2].strip().strip("`"): int(cells[1]) for cells in rows if cells[1].strip().isdigit()}
     assert table == {code.name: int(code) for code in Exit}

@@ -18,11 +18,17 @@ RECIPES = sorted(p.stem for p in recipes_dir().glob("*.yaml"))
 
 
 def _dry_run_argv(name: str, env: dict) -> list[str]:
-    out = subprocess.run([sys.executable, "-m", "npu_rl", "train", "--recipe", name, "--dry-run"], env=env,
-                         capture_output=True, text=True, timeout=120)
+    out = subprocess.run(
+        [sys.executable, "-m", "npu_rl", "train", "--recipe", name, "--dry-run"],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert out.returncode == 0, out.stderr
-    command = [line for line in out.stdout.replace("\\\n", " ").splitlines() if line and not line.startswith(
-        ("export ", "#"))]
+    command = [
+        line for line in out.stdout.replace("\\\n", " ").splitlines() if line and not line.startswith(("export ", "#"))
+    ]
     assert len(command) == 1, out.stdout
     return shlex.split(command[0])
 
@@ -60,11 +66,14 @@ def test_env_values_stay_strings_in_the_runtime_env(tmp_path, monkeypatch):
     assert all(isinstance(v, str) for v in cfg.ray_kwargs.ray_init.runtime_env.env_vars.values())
 
 
-@pytest.mark.parametrize("argv,expected", [
-    (["py", "-m", "verl.trainer.main_ppo", "a=1"], ("ppo_trainer", ["a=1"])),
-    (["py", "-m", "verl.trainer.main_ppo", "--config-name", "x", "a=1"], ("x", ["a=1"])),
-    (["py", "-m", "verl.trainer.main_ppo", "--config-name=x", "a=1", "+b=2"], ("x", ["a=1", "+b=2"])),
-])
+@pytest.mark.parametrize(
+    "argv,expected",
+    [
+        (["py", "-m", "verl.trainer.main_ppo", "a=1"], ("ppo_trainer", ["a=1"])),
+        (["py", "-m", "verl.trainer.main_ppo", "--config-name", "x", "a=1"], ("x", ["a=1"])),
+        (["py", "-m", "verl.trainer.main_ppo", "--config-name=x", "a=1", "+b=2"], ("x", ["a=1", "+b=2"])),
+    ],
+)
 def test_hydra_args_reads_the_argv_as_hydra_does(argv, expected):
     assert hydra_args(argv) == (expected[0], expected[1])
 
@@ -80,9 +89,14 @@ def test_training_without_a_worker_report_is_stopped(tmp_path, monkeypatch):
 
     monkeypatch.setenv("NPU_RL_WORKSPACE", str(tmp_path))
     spec = dataclasses.replace(
-        build_launch(load_recipe("tiny_math_cpu")), attest_file=tmp_path / "workers.json",
-        argv=(sys.executable, "-c", "import time; print('(TaskRunner pid=1) step:1 - actor/pg_loss:0.1', "
-                                    "flush=True); time.sleep(60)"))
+        build_launch(load_recipe("tiny_math_cpu")),
+        attest_file=tmp_path / "workers.json",
+        argv=(
+            sys.executable,
+            "-c",
+            "import time; print('(TaskRunner pid=1) step:1 - actor/pg_loss:0.1', flush=True); time.sleep(60)",
+        ),
+    )
     t0 = time.monotonic()
     code, error = _run(spec, {}, tmp_path / "train.log", StepClock(WatchdogSpec()))
     assert time.monotonic() - t0 < 30 and code == 1
@@ -105,14 +119,20 @@ def test_a_driver_that_stops_logging_steps_is_dumped_and_stopped(tmp_path, monke
 
     monkeypatch.setenv("NPU_RL_WORKSPACE", str(tmp_path))
     (tmp_path / "workers.json").write_text('{"error": null}')
-    driver = ("import time\n"
-              "for k in (1, 2, 3):\n"
-              "    print(f'(TaskRunner pid=1) step:{k} - x', flush=True); time.sleep(0.3)\n"
-              "def collective_that_never_returns():\n"
-              "    time.sleep(600)\n"
-              "collective_that_never_returns()\n")
-    spec = dataclasses.replace(build_launch(load_recipe("tiny_math_cpu")), attest_file=tmp_path / "workers.json",
-                               log_dir=tmp_path / "logs", argv=(sys.executable, "-c", driver))
+    driver = (
+        "import time\n"
+        "for k in (1, 2, 3):\n"
+        "    print(f'(TaskRunner pid=1) step:{k} - x', flush=True); time.sleep(0.3)\n"
+        "def collective_that_never_returns():\n"
+        "    time.sleep(600)\n"
+        "collective_that_never_returns()\n"
+    )
+    spec = dataclasses.replace(
+        build_launch(load_recipe("tiny_math_cpu")),
+        attest_file=tmp_path / "workers.json",
+        log_dir=tmp_path / "logs",
+        argv=(sys.executable, "-c", driver),
+    )
     spec.log_dir.mkdir()
     t0 = time.monotonic()
     code, error = _run(spec, {}, tmp_path / "train.log", StepClock(WatchdogSpec(floor_s=3, dump_timeout_s=10)))

@@ -46,16 +46,26 @@ def workspace(tmp_path_factory, tiny_model, deepseek_standin):
 
 
 def _standin_sets(name: str) -> list[str]:
-    return ["--set", f"model.path={MODEL.get(name, 'models/tiny-qwen2')}",
-            "--set", "data.train_files=[data/sample/train-512.parquet]",
-            "--set", "data.val_files=[data/sample/test.parquet]"]
+    return [
+        "--set",
+        f"model.path={MODEL.get(name, 'models/tiny-qwen2')}",
+        "--set",
+        "data.train_files=[data/sample/train-512.parquet]",
+        "--set",
+        "data.val_files=[data/sample/test.parquet]",
+    ]
 
 
 def _rehearse(ws: Path, recipe: str, sets: list[str]) -> subprocess.CompletedProcess:
     env = {**os.environ, "NPU_RL_WORKSPACE": str(ws)}
     env.pop("RAY_ADDRESS", None)
-    return subprocess.run([sys.executable, "-m", "npu_rl", "train", "--recipe", recipe, "--rehearse", *sets],
-                          env=env, capture_output=True, text=True, timeout=400)
+    return subprocess.run(
+        [sys.executable, "-m", "npu_rl", "train", "--recipe", recipe, "--rehearse", *sets],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=400,
+    )
 
 
 @pytest.mark.parametrize("name", RECIPES)

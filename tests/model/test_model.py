@@ -25,8 +25,9 @@ def test_tiny_model_is_a_loadable_qwen2_with_the_recipe_chat_template(tiny):
     assert model.config.hidden_size == 64 and model.config.num_hidden_layers == 2
     for special in ("<|im_start|>", "<|im_end|>", "<|endoftext|>", "<think>", "</answer>"):
         assert len(tok(special, add_special_tokens=False)["input_ids"]) == 1, special
-    text = tok.apply_chat_template([{"role": "user", "content": "What is 2+2?"}], add_generation_prompt=True,
-                                   tokenize=False)
+    text = tok.apply_chat_template(
+        [{"role": "user", "content": "What is 2+2?"}], add_generation_prompt=True, tokenize=False
+    )
     assert text.startswith("<|im_start|>system\n") and "<think>" in text and "\\boxed" in text
     assert text.endswith("<|im_start|>assistant\n")
     ids = tok(text, return_tensors="pt")

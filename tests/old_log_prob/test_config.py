@@ -46,8 +46,9 @@ def test_switch_off_keeps_verl_stock_actor_config():
 def test_bare_key_fails_the_check_as_verl_would():
     # The key alone is what verl's dataclass rejects in every worker; the check must see that too.
     recipe = load_recipe("tiny_math_cpu", {"optimizations.recompute_old_log_prob": True})
-    cfg = compose_verl_config(build_overrides(recipe) + ["+actor_rollout_ref.actor.recompute_old_log_prob=False"],
-                              config_name(recipe))
+    cfg = compose_verl_config(
+        build_overrides(recipe) + ["+actor_rollout_ref.actor.recompute_old_log_prob=False"], config_name(recipe)
+    )
     with pytest.raises(UserError, match="cannot build the recipe's actor config.*recompute_old_log_prob"):
         validate_with_verl(cfg)
 
@@ -80,15 +81,20 @@ def test_multi_minibatch_is_refused_by_train_cli(tmp_path, capsys):
     assert "recompute_old_log_prob" in err and "ppo_mini_batch_size" in err
 
 
-@pytest.mark.parametrize("overrides,named", [
-    ({"algorithm.use_kl_in_reward": True}, "algorithm.use_kl_in_reward"),
-    ({"algorithm.critic_warmup": 1}, "trainer.critic_warmup=1"),
-    # (the consistency gate's own use of them is allowed: tests/patches/test_consistency.py)
-    ({"verl_overrides": {"actor_rollout_ref.rollout.calculate_log_probs": True}, "consistency.enabled": False},
-     "calculate_log_probs"),
-    ({"verl_overrides": {"algorithm.rollout_correction.bypass_mode": True}}, "bypass_mode"),
-    ({"verl_overrides": {"actor_rollout_ref.actor.ppo_mini_batch_size": 4}}, "ppo_mini_batch_size=4"),
-])
+@pytest.mark.parametrize(
+    "overrides,named",
+    [
+        ({"algorithm.use_kl_in_reward": True}, "algorithm.use_kl_in_reward"),
+        ({"algorithm.critic_warmup": 1}, "trainer.critic_warmup=1"),
+        # (the consistency gate's own use of them is allowed: tests/patches/test_consistency.py)
+        (
+            {"verl_overrides": {"actor_rollout_ref.rollout.calculate_log_probs": True}, "consistency.enabled": False},
+            "calculate_log_probs",
+        ),
+        ({"verl_overrides": {"algorithm.rollout_correction.bypass_mode": True}}, "bypass_mode"),
+        ({"verl_overrides": {"actor_rollout_ref.actor.ppo_mini_batch_size": 4}}, "ppo_mini_batch_size=4"),
+    ],
+)
 def test_verl_settings_that_read_old_log_probs_are_refused(overrides, named):
     recipe = load_recipe("tiny_math_cpu", overrides)
     with pytest.raises(UserError, match=named):

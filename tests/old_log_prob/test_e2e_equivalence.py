@@ -22,8 +22,15 @@ SETTINGS = {"skip": False, "recompute": True}
 
 def _run(experiment: str, recompute: bool) -> tuple:
     overrides = {"logging.experiment": experiment, "optimizations.recompute_old_log_prob": recompute}
-    args = ["train", "--recipe", "tiny_math_cpu", "--set", "algorithm.total_training_steps=1",
-            "--set", "checkpoint.test_freq=-1"]
+    args = [
+        "train",
+        "--recipe",
+        "tiny_math_cpu",
+        "--set",
+        "algorithm.total_training_steps=1",
+        "--set",
+        "checkpoint.test_freq=-1",
+    ]
     for key, value in overrides.items():
         args += ["--set", f"{key}={str(value).lower()}"]
     assert main(args) == 0

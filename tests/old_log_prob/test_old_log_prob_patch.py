@@ -15,8 +15,14 @@ from npu_rl.patches import old_log_prob as olp
 def _actor_config(skip: bool):
     from omegaconf import OmegaConf
 
-    cfg = OmegaConf.create({"_target_": "npu_rl.patches.old_log_prob.FSDPActorConfig", "strategy": "fsdp",
-                            "ppo_micro_batch_size_per_gpu": 1, olp.KEY: not skip})
+    cfg = OmegaConf.create(
+        {
+            "_target_": "npu_rl.patches.old_log_prob.FSDPActorConfig",
+            "strategy": "fsdp",
+            "ppo_micro_batch_size_per_gpu": 1,
+            olp.KEY: not skip,
+        }
+    )
     return omega_conf_to_dataclass(cfg)
 
 
@@ -33,19 +39,36 @@ def test_policy_loss_uses_the_updates_own_log_probs():
     loss_fn = olp._on_policy_loss_getter(get_policy_loss_fn)("vanilla")
     log_prob, adv, mask = _batch()
     nan = torch.full_like(log_prob, float("nan"))
-    skip_loss, skip_metrics = loss_fn(old_log_prob=nan, log_prob=log_prob, advantages=adv, response_mask=mask,
-                                      loss_agg_mode="token-mean", config=_actor_config(True))
+    skip_loss, skip_metrics = loss_fn(
+        old_log_prob=nan,
+        log_prob=log_prob,
+        advantages=adv,
+        response_mask=mask,
+        loss_agg_mode="token-mean",
+        config=_actor_config(True),
+    )
     ref_loss, ref_metrics = get_policy_loss_fn("vanilla")(
-        old_log_prob=log_prob.detach(), log_prob=log_prob, advantages=adv, response_mask=mask,
-        loss_agg_mode="token-mean", config=_actor_config(True))
+        old_log_prob=log_prob.detach(),
+        log_prob=log_prob,
+        advantages=adv,
+        response_mask=mask,
+        loss_agg_mode="token-mean",
+        config=_actor_config(True),
+    )
     assert torch.isfinite(skip_loss) and skip_loss.item() != 0
     torch.testing.assert_close(skip_loss, ref_loss)
     assert skip_metrics["actor/pg_clipfrac"] == ref_metrics["actor/pg_clipfrac"] == 0
     skip_loss.backward()
     assert log_prob.grad.abs().sum() > 0  # the gradient flows through log_prob, not the detached copy
     # switch off: the given old_log_prob is used (NaN stays NaN)
-    kept, _ = loss_fn(old_log_prob=nan, log_prob=log_prob, advantages=adv, response_mask=mask,
-                      loss_agg_mode="token-mean", config=_actor_config(False))
+    kept, _ = loss_fn(
+        old_log_prob=nan,
+        log_prob=log_prob,
+        advantages=adv,
+        response_mask=mask,
+        loss_agg_mode="token-mean",
+        config=_actor_config(False),
+    )
     assert torch.isnan(kept)
 
 
@@ -84,25 +107,33 @@ def test_megatron_path_with_stand_in_modules():
             out["entropy"] = input_ids.float()  # recognisable values
         return out
 
-    mcore = types.SimpleNamespace(get_mcore_forward_fn=lambda hf: forward_fn,
-                                  get_mcore_forward_fused_fn=lambda hf: forward_fn)
+    mcore = types.SimpleNamespace(
+        get_mcore_forward_fn=lambda hf: forward_fn, get_mcore_forward_fused_fn=lambda hf: forward_fn
+    )
     olp.patch_mcore_forward(mcore, check=False)
 
     class Actor:
         def __init__(self, skip):
-            self.config = types.SimpleNamespace(use_dynamic_bsz=False, entropy_coeff=0.0,
-                                                get=lambda k, d=None: (not skip) if k == olp.KEY else d)
+            self.config = types.SimpleNamespace(
+                use_dynamic_bsz=False, entropy_coeff=0.0, get=lambda k, d=None: (not skip) if k == olp.KEY else d
+            )
 
-        def forward_backward_batch(self, data, forward_only=False, post_process_fn=None, calculate_entropy=False,
-                                   micro_batch_size=None, **kwargs):
+        def forward_backward_batch(
+            self,
+            data,
+            forward_only=False,
+            post_process_fn=None,
+            calculate_entropy=False,
+            micro_batch_size=None,
+            **kwargs,
+        ):
             for micro in data.split(micro_batch_size):  # like verl: micro-batches in order
                 mcore.get_mcore_forward_fn(None)(None, micro.batch["input_ids"], calculate_entropy)
             return {"output": []}
 
         def update_policy(self, dataloader):
             for data in dataloader:
-                self.forward_backward_batch(data, calculate_entropy=self.config.entropy_coeff != 0,
-                                            micro_batch_size=2)
+                self.forward_backward_batch(data, calculate_entropy=self.config.entropy_coeff != 0, micro_batch_size=2)
             return {"actor/pg_loss": [0.0]}
 
     module = types.SimpleNamespace(MegatronPPOActor=Actor, get_policy_loss_fn=get_policy_loss_fn)

@@ -22,6 +22,7 @@ def test_a_worker_started_without_the_runs_runtime_env_is_named(monkeypatch):
         monkeypatch.setenv("NPU_RL_PATCHES", ",".join(selected))  # what the trainer's process was asked for
         ray.init(address=head.address, logging_level="ERROR", log_to_driver=False)
         try:
+
             @ray.remote(num_cpus=0)
             class Worker:
                 def pid(self):
@@ -29,8 +30,10 @@ def test_a_worker_started_without_the_runs_runtime_env_is_named(monkeypatch):
 
             patched = Worker.options(runtime_env={"env_vars": env_for(selected)}).remote()
             bare = Worker.options(runtime_env={"env_vars": {"NPU_RL_PATCHES": ""}}).remote()
-            trainer = SimpleNamespace(actor_rollout_wg=SimpleNamespace(workers=[patched, bare]),
-                                      ref_policy_wg=SimpleNamespace(workers=[patched]))  # shared actors count once
+            trainer = SimpleNamespace(
+                actor_rollout_wg=SimpleNamespace(workers=[patched, bare]),
+                ref_policy_wg=SimpleNamespace(workers=[patched]),
+            )  # shared actors count once
             verdict = attest(trainer)
             bare_pid = ray.get(bare.pid.remote())
         finally:
@@ -52,6 +55,7 @@ def test_a_patch_installed_everywhere_that_changed_nothing_is_named(monkeypatch)
         monkeypatch.setenv("NPU_RL_PATCHES", ",".join(selected))
         ray.init(address=head.address, logging_level="ERROR", log_to_driver=False)
         try:
+
             @ray.remote(num_cpus=0)
             class Worker:
                 def use_tracking(self):

@@ -19,8 +19,10 @@ def _python(code: str, env_extra: dict[str, str]) -> subprocess.CompletedProcess
 
 
 def test_installing_the_cpu_patch_imports_neither_torch_nor_verl():
-    code = ("import sys; print('torch' in sys.modules, 'verl' in sys.modules)\n"
-            "import torch; print(torch.cpu.memory_allocated(), torch.cpu.empty_cache())\n")
+    code = (
+        "import sys; print('torch' in sys.modules, 'verl' in sys.modules)\n"
+        "import torch; print(torch.cpu.memory_allocated(), torch.cpu.empty_cache())\n"
+    )
     proc = _python(code, env_for(["cpu"]))
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert proc.stdout.split() == ["False", "False", "0", "None"]  # patched once torch is imported

@@ -86,8 +86,9 @@ def _probe(tmp_path, patched: bool) -> dict:
     if not patched:
         env.pop("NPU_RL_PATCHES", None)
     base = tmp_path / ("patched" if patched else "stock")
-    proc = subprocess.run([sys.executable, "-c", PROBE, str(base)], env=env, capture_output=True, text=True,
-                          timeout=300)
+    proc = subprocess.run(
+        [sys.executable, "-c", PROBE, str(base)], env=env, capture_output=True, text=True, timeout=300
+    )
     assert proc.returncode == 0, proc.stderr[-3000:]
     return json.loads(proc.stdout.strip().splitlines()[-1])
 
@@ -105,8 +106,12 @@ def test_a_stop_during_a_save_keeps_the_complete_checkpoints_and_rotation_follow
     # is left to the next resume. verl still passes the limit to the workers, who now save without it.
     assert patched["saved"] == {"died": None, "steps": [2, 3, 5], "marker": "3", "passed_keep": [2]}
     # A save lost midway removes nothing and names no new step; stock verl's trainer neither.
-    assert patched["lost"] == {"died": "worker lost during the save", "steps": [1, 2, 5], "marker": None,
-                               "passed_keep": [2]}
+    assert patched["lost"] == {
+        "died": "worker lost during the save",
+        "steps": [1, 2, 5],
+        "marker": None,
+        "passed_keep": [2],
+    }
     assert stock["lost"] == patched["lost"]
     # A damaged older step does not count toward the limit: the complete 1 stays, the damaged 2 goes.
     assert patched["damaged"]["steps"] == [1, 3]

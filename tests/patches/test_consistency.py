@@ -32,8 +32,10 @@ def _real_pass(calls: list):
     def real(batch):
         # The workers compute at the temperature the gate asks for: the rollout's log-probs' own.
         calls.append(("real", batch.meta_info.get(gate_mod.TEMPERATURE)))
-        return DataProto.from_dict(tensors={"old_log_probs": TRAINER_LP.clone(), "entropys": torch.zeros(2, 3)},
-                                   meta_info={"temperature": batch.meta_info.get(gate_mod.TEMPERATURE)})
+        return DataProto.from_dict(
+            tensors={"old_log_probs": TRAINER_LP.clone(), "entropys": torch.zeros(2, 3)},
+            meta_info={"temperature": batch.meta_info.get(gate_mod.TEMPERATURE)},
+        )
 
     return real
 
@@ -49,11 +51,13 @@ def _skip(calls: list):
 def _gated(tmp_path, every=0, limit=0.05):
     calls: list = []
     rollout = types.SimpleNamespace(temperature=0.7)
-    trainer = types.SimpleNamespace(global_steps=1, config=types.SimpleNamespace(
-        actor_rollout_ref=types.SimpleNamespace(rollout=rollout)))
+    trainer = types.SimpleNamespace(
+        global_steps=1, config=types.SimpleNamespace(actor_rollout_ref=types.SimpleNamespace(rollout=rollout))
+    )
     path = tmp_path / "consistency.json"
-    fn = gate_mod.gated(trainer, _real_pass(calls), _skip(calls), gate_mod.Gate(every, limit),
-                        gate_mod.Verdicts(limit), str(path))
+    fn = gate_mod.gated(
+        trainer, _real_pass(calls), _skip(calls), gate_mod.Gate(every, limit), gate_mod.Verdicts(limit), str(path)
+    )
     return fn, trainer, calls, path
 
 
@@ -61,8 +65,7 @@ def test_the_gate_measures_verls_own_metric():
     rollout = TRAINER_LP + 0.1
     batch = _batch(rollout)
     union = DataProto.from_dict(tensors={**batch.batch, "old_log_probs": TRAINER_LP})
-    assert gate_mod.probs_diff_mean(batch, TRAINER_LP) == pytest.approx(
-        calculate_debug_metrics(union)[gate_mod.METRIC])
+    assert gate_mod.probs_diff_mean(batch, TRAINER_LP) == pytest.approx(calculate_debug_metrics(union)[gate_mod.METRIC])
 
 
 def test_first_step_runs_the_pass_and_later_steps_keep_the_skip(tmp_path):
@@ -106,8 +109,9 @@ def test_a_rollout_that_returns_no_log_probs_fails_the_gate(tmp_path):
 
 def test_the_launch_asks_the_rollout_for_log_probs_and_sets_the_gate(tmp_path, monkeypatch):
     monkeypatch.setenv("NPU_RL_WORKSPACE", str(tmp_path))
-    recipe = load_recipe("tiny_math_cpu", {"consistency.enabled": True, "consistency.every": 10,
-                                           "consistency.max_probs_diff_mean": 0.2})
+    recipe = load_recipe(
+        "tiny_math_cpu", {"consistency.enabled": True, "consistency.every": 10, "consistency.max_probs_diff_mean": 0.2}
+    )
     spec = build_launch(recipe)
     assert "actor_rollout_ref.rollout.calculate_log_probs=True" in spec.argv
     assert json.loads(spec.env[gate_mod.ENV]) == {"every": 10, "max_probs_diff_mean": 0.2}

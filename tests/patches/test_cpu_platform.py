@@ -28,7 +28,8 @@ class PG:
     def ready(self): return None
 base.placement_group = PG
 base.ray.get = lambda refs: refs
-base.RayResourcePool(process_on_nodes=[2, 1], use_gpu=True, max_colocate_count=1).get_placement_groups(device_name="cpu")
+pool = base.RayResourcePool(process_on_nodes=[2, 1], use_gpu=True, max_colocate_count=1)
+pool.get_placement_groups(device_name="cpu")
 out["bundles"] = asked
 import torch.distributed as dist, tempfile
 f = tempfile.mktemp()
@@ -70,7 +71,10 @@ def test_without_the_patch_verl_is_untouched():
     env = {k: v for k, v in os.environ.items() if k not in ("NPU_RL_PATCHES",)}
     proc = subprocess.run(
         [sys.executable, "-c", "import verl.utils.device as d; print(d.get_nccl_backend())"],
-        env=env, capture_output=True, text=True, timeout=120,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
     )
     assert proc.stdout.strip() == "nccl"
 

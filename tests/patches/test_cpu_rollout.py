@@ -55,8 +55,9 @@ def model_dir(tiny_model, tmp_path_factory):
 
 def _probe(model_dir, dtype: str) -> dict:
     env = {**os.environ, **env_for(["cpu"])}
-    proc = subprocess.run([sys.executable, "-c", PROBE, str(model_dir), dtype], env=env, capture_output=True,
-                          text=True, timeout=300)
+    proc = subprocess.run(
+        [sys.executable, "-c", PROBE, str(model_dir), dtype], env=env, capture_output=True, text=True, timeout=300
+    )
     assert proc.returncode == 0, proc.stderr[-3000:]
     return json.loads(proc.stdout.strip().splitlines()[-1])
 

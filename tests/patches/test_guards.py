@@ -31,7 +31,8 @@ def test_fingerprint_detects_a_change(tmp_path):
     with pytest.raises(guard.PatchVersionError, match="get_nccl_backend changed"):
         guard.require_unchanged("cpu", fp, {"verl.utils.device": copy})
     assert guard.changed_fingerprints({"verl.utils.device:no_such_fn": "x"}) == {
-        "verl.utils.device:no_such_fn": ("x", "missing")}
+        "verl.utils.device:no_such_fn": ("x", "missing")
+    }
 
 
 def test_version_guard_names_both_versions(monkeypatch):

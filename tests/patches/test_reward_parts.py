@@ -16,17 +16,27 @@ from npu_rl.reward.math import compute_score
 def _metrics(non_tensors: dict):
     mod = types.SimpleNamespace(compute_data_metrics=lambda batch, use_critic=False: {"critic/score/mean": 0.5})
     rp.patch_ray_trainer(mod, check=False)  # a stand-in module: verl's call is compute_data_metrics(batch=...)
-    batch = DataProto.from_dict({"prompts": torch.tensor([[1, 2], [3, 4]])},
-                                non_tensors={k: np.array(v, dtype=object) for k, v in non_tensors.items()})
+    batch = DataProto.from_dict(
+        {"prompts": torch.tensor([[1, 2], [3, 4]])},
+        non_tensors={k: np.array(v, dtype=object) for k, v in non_tensors.items()},
+    )
     return mod.compute_data_metrics(batch=batch, use_critic=False)
 
 
 def test_each_part_is_logged_as_its_mean_beside_verls_metrics():
-    m = _metrics({"acc": [1.0, 0.0], "format": [0.2, 0.1], "cot": [0.0, 0.0], "unevaluated": [0.0, 1.0],
-                  "pred": ["7", "2+5"]})
+    m = _metrics(
+        {"acc": [1.0, 0.0], "format": [0.2, 0.1], "cot": [0.0, 0.0], "unevaluated": [0.0, 1.0], "pred": ["7", "2+5"]}
+    )
     assert m["critic/score/mean"] == 0.5
-    assert m == pytest.approx({"critic/score/mean": 0.5, "reward/acc": 0.5, "reward/format": 0.15,
-                               "reward/cot": 0.0, "reward/unevaluated": 0.5})
+    assert m == pytest.approx(
+        {
+            "critic/score/mean": 0.5,
+            "reward/acc": 0.5,
+            "reward/format": 0.15,
+            "reward/cot": 0.0,
+            "reward/unevaluated": 0.5,
+        }
+    )
 
 
 def test_a_reward_without_parts_adds_nothing():

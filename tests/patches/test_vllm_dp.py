@@ -36,7 +36,16 @@ class _Recorder:
 
 class _SamplingParams:
     temperature, top_k, top_p, min_p, repetition_penalty, max_tokens, n, logprobs, detokenize = (
-        1.0, -1, 1.0, 0.0, 1.0, 16, 1, None, True)
+        1.0,
+        -1,
+        1.0,
+        0.0,
+        1.0,
+        16,
+        1,
+        None,
+        True,
+    )
 
     def __init__(self, **kwargs):
         self.__dict__.update(kwargs)
@@ -55,11 +64,22 @@ def _verl_rollout_module() -> types.ModuleType:
         return lambda fn: fn
 
     module.__dict__.update(
-        BaseRollout=BaseRollout, LLM=_Recorder, SamplingParams=_SamplingParams, torch=torch,
-        ListConfig=ListConfig, CompilationConfig=dict, CompilationMode=None, _use_compilation_mode=True,
-        VLLM_SLEEP_LEVEL=1, get_lora_rank_from_adapter=lambda p: 0, get_vllm_max_lora_rank=lambda r: r,
-        logger=logging.getLogger("vllm_rollout_recorder"), GPUMemoryLogger=no_op_decorator,
-        contextmanager=contextlib.contextmanager, DataProto=object, Generator=types.GenericAlias,
+        BaseRollout=BaseRollout,
+        LLM=_Recorder,
+        SamplingParams=_SamplingParams,
+        torch=torch,
+        ListConfig=ListConfig,
+        CompilationConfig=dict,
+        CompilationMode=None,
+        _use_compilation_mode=True,
+        VLLM_SLEEP_LEVEL=1,
+        get_lora_rank_from_adapter=lambda p: 0,
+        get_vllm_max_lora_rank=lambda r: r,
+        logger=logging.getLogger("vllm_rollout_recorder"),
+        GPUMemoryLogger=no_op_decorator,
+        contextmanager=contextlib.contextmanager,
+        DataProto=object,
+        Generator=types.GenericAlias,
         Any=object,
     )
     exec(compile(guard.static_source(path, "vLLMRollout"), str(path), "exec"), module.__dict__)
@@ -68,8 +88,13 @@ def _verl_rollout_module() -> types.ModuleType:
 
 def _model_config():
     hf = types.SimpleNamespace(max_position_embeddings=163840, rope_scaling=None)
-    return types.SimpleNamespace(local_path="/workspace/models/DeepSeek-R1-bf16", hf_config=hf, lora_rank=0,
-                                 tokenizer=types.SimpleNamespace(pad_token_id=1), trust_remote_code=True)
+    return types.SimpleNamespace(
+        local_path="/workspace/models/DeepSeek-R1-bf16",
+        hf_config=hf,
+        lora_rank=0,
+        tokenizer=types.SimpleNamespace(pad_token_id=1),
+        trust_remote_code=True,
+    )
 
 
 @pytest.fixture(scope="module")
@@ -173,8 +198,11 @@ def test_guard_fails_on_a_changed_verl_source(tmp_path):
 
 def test_reshard_sees_the_engine_ep(monkeypatch):
     monkeypatch.setenv("VLLM_DP_SIZE", "64")
-    rollout = {"tensor_model_parallel_size": 2, "expert_parallel_size": 1,
-               "engine_kwargs": {"vllm": {"enable_expert_parallel": True}}}
+    rollout = {
+        "tensor_model_parallel_size": 2,
+        "expert_parallel_size": 1,
+        "engine_kwargs": {"vllm": {"enable_expert_parallel": True}},
+    }
     assert vllm_dp.expert_parallel_size(rollout) == 128
     rollout["engine_kwargs"]["vllm"] = {}
     assert vllm_dp.expert_parallel_size(rollout) == 1

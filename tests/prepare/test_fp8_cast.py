@@ -45,18 +45,25 @@ def fp8_model(tmp_path) -> tuple[Path, dict[str, torch.Tensor]]:
         tensors[name + "_scale_inv"] = torch.rand(math.ceil(r / 128), math.ceil(c / 128), generator=g) + 0.01
     tensors["model.embed_tokens.weight"] = torch.randn(16, 8, generator=g).to(torch.bfloat16)
     shards = {
-        "model-00001-of-00002.safetensors": ["model.layers.0.mlp.down_proj.weight", "model.embed_tokens.weight",
-                                              "model.layers.0.self_attn.o_proj.weight_scale_inv"],
-        "model-00002-of-00002.safetensors": ["model.layers.0.self_attn.o_proj.weight",
-                                              "model.layers.0.mlp.down_proj.weight_scale_inv"],
+        "model-00001-of-00002.safetensors": [
+            "model.layers.0.mlp.down_proj.weight",
+            "model.embed_tokens.weight",
+            "model.layers.0.self_attn.o_proj.weight_scale_inv",
+        ],
+        "model-00002-of-00002.safetensors": [
+            "model.layers.0.self_attn.o_proj.weight",
+            "model.layers.0.mlp.down_proj.weight_scale_inv",
+        ],
     }
     weight_map = {}
     for shard, names in shards.items():
         save_file({n: tensors[n] for n in names}, str(src / shard))
         weight_map.update(dict.fromkeys(names, shard))
     (src / fp8_cast.WEIGHT_INDEX).write_text(json.dumps({"metadata": {"total_size": 1}, "weight_map": weight_map}))
-    config = {"architectures": ["DeepseekV3ForCausalLM"], "quantization_config": {
-        "quant_method": "fp8", "fmt": "e4m3", "weight_block_size": [128, 128]}}
+    config = {
+        "architectures": ["DeepseekV3ForCausalLM"],
+        "quantization_config": {"quant_method": "fp8", "fmt": "e4m3", "weight_block_size": [128, 128]},
+    }
     (src / "config.json").write_text(json.dumps(config))
     (src / "tokenizer.json").write_text("{}")
     return src, tensors
@@ -104,16 +111,31 @@ def test_an_fp8_weight_without_its_scale_is_one_error_line(fp8_model, tmp_path, 
     index = json.loads((src / fp8_cast.WEIGHT_INDEX).read_text())
     del index["weight_map"]["model.layers.0.mlp.down_proj.weight_scale_inv"]
     (src / fp8_cast.WEIGHT_INDEX).write_text(json.dumps(index))
-    assert main(["model", "fp8-cast", "--input-fp8-hf-path", str(src), "--output-bf16-hf-path",
-                 str(tmp_path / "o")]) == 2
+    assert (
+        main(["model", "fp8-cast", "--input-fp8-hf-path", str(src), "--output-bf16-hf-path", str(tmp_path / "o")]) == 2
+    )
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and err[0].startswith("npu-rl: error: ") and "down_proj.weight_scale_inv" in err[0]
 
 
 def test_a_missing_input_is_one_error_line(tmp_path, capsys):
-    assert main(["model", "fp8-cast", "--input-fp8-hf-path", str(tmp_path / "nope"), "--output-bf16-hf-path",
-                 str(tmp_path / "o")]) == 2
-    assert capsys.readouterr().err.strip() == f"npu-rl: error: --input-fp8-hf-path {tmp_path / 'nope'}: directory not found"
+    assert (
+        main(
+            [
+                "model",
+                "fp8-cast",
+                "--input-fp8-hf-path",
+                str(tmp_path / "nope"),
+                "--output-bf16-hf-path",
+                str(tmp_path / "o"),
+            ]
+        )
+        == 2
+    )
+    assert (
+        capsys.readouterr().err.strip()
+        == f"npu-rl: error: --input-fp8-hf-path {tmp_path / 'nope'}: directory not found"
+    )
 
 
 # --- the DeepSeek recipe's prepare job, composed by the real code path ---------------------------
@@ -140,8 +162,13 @@ def test_the_recipe_casts_with_npu_rl_and_converts_across_its_nodes(ws):
     argv = convert.argv_writing_to(ws / "mcore.partial", node_rank=3, master_addr="10.0.0.1")
     flags = dict(zip(argv[3:13:2], argv[4:13:2]))
     assert argv[1:3] == ["-m", "torch.distributed.run"]
-    assert flags == {"--nnodes": "16", "--nproc_per_node": "1", "--node_rank": "3", "--master_addr": "10.0.0.1",
-                     "--master_port": str(megatron.CONVERTER_PORT)}
+    assert flags == {
+        "--nnodes": "16",
+        "--nproc_per_node": "1",
+        "--node_rank": "3",
+        "--master_addr": "10.0.0.1",
+        "--master_port": str(megatron.CONVERTER_PORT),
+    }
     assert argv[argv.index("--hf_model_path") + 1] == str(ws / conv.bf16_path)
     assert argv[argv.index("--output_path") + 1] == str(ws / "mcore.partial")
 
@@ -179,17 +206,29 @@ def test_distributed_step_runs_once_per_node_with_its_rank(ws, monkeypatch):
 
     order = [2, 5, 1, 8, 3, 4, 6, 7, 9]  # one node more than the job needs; this one (10.0.0.1) is third
     nodes = [{"Alive": True, "NodeID": f"n{i}", "NodeManagerAddress": f"10.0.0.{i}"} for i in order]
-    fake = types.SimpleNamespace(init=lambda **k: None, shutdown=lambda: None, nodes=lambda: nodes, get=lambda refs: refs,
-                                 remote=lambda **k: (lambda f: Task()),
-                                 util=types.SimpleNamespace(get_node_ip_address=lambda: "10.0.0.1"))
+    fake = types.SimpleNamespace(
+        init=lambda **k: None,
+        shutdown=lambda: None,
+        nodes=lambda: nodes,
+        get=lambda refs: refs,
+        remote=lambda **k: lambda f: Task(),
+        util=types.SimpleNamespace(get_node_ip_address=lambda: "10.0.0.1"),
+    )
     strategies = types.SimpleNamespace(NodeAffinitySchedulingStrategy=lambda node_id, soft: node_id)
     monkeypatch.setitem(sys.modules, "ray", fake)
     monkeypatch.setitem(sys.modules, "ray.util.scheduling_strategies", strategies)
     recipe = load_recipe("deepseek_r1_671b_a3", {"resources.nnodes": 8})
     step = prepare_job.conversion_steps(recipe)[-1]
     assert prepare_job.run_on_nodes(step, ws / "out") == [0] * 8
-    got = [(node, argv[argv.index("--node_rank") + 1], argv[argv.index("--master_addr") + 1],
-            argv[argv.index("--nnodes") + 1]) for node, argv in calls]
+    got = [
+        (
+            node,
+            argv[argv.index("--node_rank") + 1],
+            argv[argv.index("--master_addr") + 1],
+            argv[argv.index("--nnodes") + 1],
+        )
+        for node, argv in calls
+    ]
     assert [g[0] for g in got] == ["n1", "n2", "n5", "n8", "n3", "n4", "n6", "n7"]
     assert [g[1] for g in got] == [str(r) for r in range(8)]
     assert {g[2:] for g in got} == {("10.0.0.1", "8")}

@@ -169,8 +169,9 @@ class Conversion:
         self.fail: dict[str, int] = {}
         data = load_recipe(RECIPE).model_dump(mode="json", exclude_unset=True)
         data["model"]["path"] = "models/bf16"
-        data["prepare"] = {"weight_conversion": {"hf_path": "models/hf", "bf16_path": "models/bf16",
-                                                 "mcore_path": "models/mcore"}}
+        data["prepare"] = {
+            "weight_conversion": {"hf_path": "models/hf", "bf16_path": "models/bf16", "mcore_path": "models/mcore"}
+        }
         self.recipe_file = root / "conv.yaml"
         self.recipe_file.write_text(yaml.safe_dump(data))
         self.recipe = load_recipe(self.recipe_file)
@@ -178,10 +179,11 @@ class Conversion:
 
     def commands(self, recipe) -> list[list[str]]:
         conv = recipe.prepare.weight_conversion
-        hf, bf16, mcore = (str(run_files.resolve(p)) for p in (conv.hf_path, conv.bf16_path,
-                                                                            conv.mcore_path))
-        return [self._tool("cast.py", "--input", hf, "--output-bf16-hf-path", bf16),
-                self._tool("convert.py", "--input", bf16, "--output_path", mcore)]
+        hf, bf16, mcore = (str(run_files.resolve(p)) for p in (conv.hf_path, conv.bf16_path, conv.mcore_path))
+        return [
+            self._tool("cast.py", "--input", hf, "--output-bf16-hf-path", bf16),
+            self._tool("convert.py", "--input", bf16, "--output_path", mcore),
+        ]
 
     def _tool(self, name: str, *args: str) -> list[str]:
         fail = ["--fail", str(self.fail[name])] if name in self.fail else []
@@ -206,7 +208,9 @@ def _fp8_checkpoint(tiny: Path, dst: Path) -> None:
 
 def test_conversion_runs_in_order_and_leaves_a_loadable_bf16_model(tiny, ws, tmp_path, conversion, capsys):
     _fp8_checkpoint(tiny, tmp_path / "published")
-    assert main(["prepare", "--recipe", str(conversion.recipe_file), "--model-source", str(tmp_path / "published")]) == 0
+    assert (
+        main(["prepare", "--recipe", str(conversion.recipe_file), "--model-source", str(tmp_path / "published")]) == 0
+    )
     assert conversion.ran() == ["cast.py", "convert.py"]
     out = capsys.readouterr().out
     assert out.index("[1/2] cast.py") < out.index("[2/2] convert.py")

@@ -62,8 +62,10 @@ def _with(**changes) -> dict:
         ({"data__train_files": ["data/missing.parquet"]}, "data.train_files: data file not found"),
         ({"resources__devices_per_node": 3}, "not divisible by resources.nnodes * resources.devices_per_node (3)"),
         ({"verl_overrides": {"trainer.no_such_key": 1}}, "rejects the recipe's overrides"),
-        ({"verl_overrides": {"actor_rollout_ref.actor.checkpoint.async_save": True}},
-         "checkpoint.max_to_keep needs synchronous saves"),
+        (
+            {"verl_overrides": {"actor_rollout_ref.actor.checkpoint.async_save": True}},
+            "checkpoint.max_to_keep needs synchronous saves",
+        ),
         # Each of these used to start Ray and fail (or hang) 20-46 s later in a verl worker.
         ({"reward__function": "nope.py"}, "reward.function: file not found"),
         ({"reward__name": "no_such_fn"}, "defines no 'no_such_fn'"),
@@ -72,8 +74,10 @@ def _with(**changes) -> dict:
         ({"rollout__name": "foo"}, "field 'rollout.name'"),
         ({"data__train_files": []}, "field 'data.train_files': List should have at least 1 item"),
         ({"data__train_files": ["data/zero.parquet"]}, "data.train_files: 0 row(s)"),
-        ({"data__train_files": ["data/two.parquet"]}, "data.train_files: 2 row(s) in data/two.parquet; "
-                                                      "algorithm.train_batch_size is 8"),
+        (
+            {"data__train_files": ["data/two.parquet"]},
+            "data.train_files: 2 row(s) in data/two.parquet; algorithm.train_batch_size is 8",
+        ),
         ({"resources__nnodes": 2}, "resources.nnodes is 2 but no cluster is given"),
         ({"algorithm__lr": float("inf")}, "field 'algorithm.lr': Input should be a finite number"),
         ({"algorithm__kl_loss_coef": float("nan")}, "field 'algorithm.kl_loss_coef': Input should be a finite"),
@@ -111,11 +115,14 @@ def test_unknown_recipe_name(capsys):
     assert "unknown recipe 'no_such_recipe'" in capsys.readouterr().err
 
 
-@pytest.mark.parametrize("text,message", [
-    (b"name: a\nname: b\n", "duplicate key 'name' (line 2)"),
-    ("name: x\n".encode("utf-16"), "not UTF-8 text"),
-    (b"\xff\xfe\x00garbage", "not UTF-8 text"),
-])
+@pytest.mark.parametrize(
+    "text,message",
+    [
+        (b"name: a\nname: b\n", "duplicate key 'name' (line 2)"),
+        ("name: x\n".encode("utf-16"), "not UTF-8 text"),
+        (b"\xff\xfe\x00garbage", "not UTF-8 text"),
+    ],
+)
 def test_unreadable_recipe_files(tmp_path, capsys, text, message):
     path = tmp_path / "r.yaml"
     path.write_bytes(text)
@@ -136,19 +143,22 @@ def test_set_on_a_recipe_that_is_not_a_mapping(tmp_path, capsys):
     assert "a recipe must be a YAML mapping" in capsys.readouterr().err
 
 
-@pytest.mark.parametrize("argv,message", [
-    (["train", "--recipe", "tiny_math_cpu", "--ray-port", "70000"], "port 70000 is outside 0-65535"),
-    (["ray", "head", "--port", "-1", "--devices", "1"], "port -1 is outside 0-65535"),
-    (["doctor", "--recipe", "tiny_math_cpu", "--port", "x"], "'x' is not a port number"),
-    (["data", "math", "--from", "sample", "--out", "{file}"], "exists and is not a directory"),
-    (["data", "math", "--from", "sample", "--out", "/proc/npu-rl/x"], "cannot create /proc/npu-rl/x"),
-    (["model", "tiny", "--out", "{tmp}/m", "--hidden-size", "0"], "--hidden-size: 0 must be >= 1"),
-    (["model", "fetch", "bad id!!", "--out", "{tmp}/f"], "could not download 'bad id!!'"),
-    (["eval", "--recipe", "tiny_math_cpu", "--model", "{broken}"], "config.json is not valid JSON"),
-    (["eval", "--recipe", "tiny_math_cpu", "--model", "{tmp}"], "not a Hugging Face model directory"),
-    (["report", "--run", "{tmp}", "--thresholds", "{thresholds}"], "not valid YAML"),
-    (["train"], "the following arguments are required: --recipe"),
-])
+@pytest.mark.parametrize(
+    "argv,message",
+    [
+        (["train", "--recipe", "tiny_math_cpu", "--ray-port", "70000"], "port 70000 is outside 0-65535"),
+        (["ray", "head", "--port", "-1", "--devices", "1"], "port -1 is outside 0-65535"),
+        (["doctor", "--recipe", "tiny_math_cpu", "--port", "x"], "'x' is not a port number"),
+        (["data", "math", "--from", "sample", "--out", "{file}"], "exists and is not a directory"),
+        (["data", "math", "--from", "sample", "--out", "/proc/npu-rl/x"], "cannot create /proc/npu-rl/x"),
+        (["model", "tiny", "--out", "{tmp}/m", "--hidden-size", "0"], "--hidden-size: 0 must be >= 1"),
+        (["model", "fetch", "bad id!!", "--out", "{tmp}/f"], "could not download 'bad id!!'"),
+        (["eval", "--recipe", "tiny_math_cpu", "--model", "{broken}"], "config.json is not valid JSON"),
+        (["eval", "--recipe", "tiny_math_cpu", "--model", "{tmp}"], "not a Hugging Face model directory"),
+        (["report", "--run", "{tmp}", "--thresholds", "{thresholds}"], "not valid YAML"),
+        (["train"], "the following arguments are required: --recipe"),
+    ],
+)
 def test_bad_arguments_are_one_line(tmp_path, argv, message):
     import subprocess
     import sys
@@ -161,8 +171,13 @@ def test_bad_arguments_are_one_line(tmp_path, argv, message):
     (tmp_path / "t.yaml").write_text("a: [1\n")
     subs = {"file": tmp_path / "file", "tmp": tmp_path, "broken": broken, "thresholds": tmp_path / "t.yaml"}
     argv = [a.format(**subs) for a in argv]
-    out = subprocess.run([sys.executable, "-m", "npu_rl", *argv], capture_output=True, text=True, timeout=120,
-                         env={**__import__("os").environ, "NPU_RL_WORKSPACE": str(tmp_path)})
+    out = subprocess.run(
+        [sys.executable, "-m", "npu_rl", *argv],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={**__import__("os").environ, "NPU_RL_WORKSPACE": str(tmp_path)},
+    )
     assert out.returncode == 2, out.stderr
     assert "Traceback" not in out.stderr
     lines = out.stderr.strip().splitlines()

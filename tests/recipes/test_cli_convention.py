@@ -21,10 +21,13 @@ def _leaves(parser: argparse.ArgumentParser, path=()):
 
 
 def test_every_job_that_reads_a_recipe_also_takes_set():
-    reading = {path: p for path, p in _leaves(build_parser())
-               if any("--recipe" in a.option_strings for a in p._actions)}
+    reading = {
+        path: p for path, p in _leaves(build_parser()) if any("--recipe" in a.option_strings for a in p._actions)
+    }
     assert ("render", "k8s") in reading and ("ray", "head") in reading and len(reading) >= 14
-    lacking = [" ".join(path) for path, p in reading.items() if not any("--set" in a.option_strings for a in p._actions)]
+    lacking = [
+        " ".join(path) for path, p in reading.items() if not any("--set" in a.option_strings for a in p._actions)
+    ]
     assert lacking == []
 
 
@@ -41,7 +44,11 @@ def test_one_flag_name_per_meaning_old_spellings_still_parse():
         assert parse(["ray", role, "--ray-port", "7000"]).ray_port == 7000
         assert parse(["ray", role, "--port", "7000"]).ray_port == 7000  # as rendered k8s jobs spell it
     assert parse(["train", "--recipe", "r", "--ray-port", "7000"]).ray_port == 7000
-    assert parse(["ray", "wait", "--timeout", "5"]).wait_timeout == parse(["ray", "wait", "--wait-timeout", "5"]).wait_timeout == 5
+    assert (
+        parse(["ray", "wait", "--timeout", "5"]).wait_timeout
+        == parse(["ray", "wait", "--wait-timeout", "5"]).wait_timeout
+        == 5
+    )
     doctor = parse(["doctor", "--recipe", "r", "--free-port", "1", "--port", "2"])
     assert doctor.free_ports == [1, 2] and not hasattr(doctor, "ray_port")
 
@@ -52,13 +59,20 @@ def test_defaults_come_from_one_module():
 
     parse = build_parser().parse_args
     head, worker = parse(["ray", "head"]), parse(["ray", "worker"])
-    assert head.wait_timeout == HeadOptions(1, 1).wait_timeout == K8sOptions().wait_timeout_s == defaults.NODES_TIMEOUT_S
+    assert (
+        head.wait_timeout == HeadOptions(1, 1).wait_timeout == K8sOptions().wait_timeout_s == defaults.NODES_TIMEOUT_S
+    )
     assert worker.join_timeout == defaults.NODES_TIMEOUT_S and K8sOptions().ray_port == defaults.RAY_PORT
     assert HeadOptions(1, 1).port == defaults.RAY_PORT
     assert WorkerOptions(None, 1).max_backoff == worker.max_backoff
     k8s = parse(["render", "k8s", "--recipe", "r", "--out", "o"])
     assert (k8s.queue, k8s.pvc, k8s.shm_size, k8s.max_retry, k8s.target) == (
-        K8sOptions().queue, K8sOptions().pvc, K8sOptions().shm_size, K8sOptions().max_retry, defaults.K8S_TARGET)
+        K8sOptions().queue,
+        K8sOptions().pvc,
+        K8sOptions().shm_size,
+        K8sOptions().max_retry,
+        defaults.K8S_TARGET,
+    )
 
 
 def test_a_job_whose_package_is_missing_says_what_to_install(tmp_path, monkeypatch, capsys):
@@ -67,8 +81,10 @@ def test_a_job_whose_package_is_missing_says_what_to_install(tmp_path, monkeypat
     monkeypatch.setattr(cli, "COMMAND_MODULES", [*cli.COMMAND_MODULES, "needs_pkg"])
     assert main(["needs_pkg", "--any", "thing"]) == 2
     err = capsys.readouterr().err.strip().splitlines()
-    assert err == ["npu-rl: error: `npu-rl needs_pkg` needs the Python package npu_rl_no_such_package, which is not "
-                   "installed (pip install npu_rl_no_such_package)"]
+    assert err == [
+        "npu-rl: error: `npu-rl needs_pkg` needs the Python package npu_rl_no_such_package, which is not "
+        "installed (pip install npu_rl_no_such_package)"
+    ]
     assert main(["recipe", "validate", "--recipe", "tiny_math_cpu"]) == 0  # the other jobs are all there
 
 
@@ -98,8 +114,12 @@ def test_a_reader_that_goes_away_ends_the_job_quietly():
 
     from npu_rl.exit_codes import Exit
 
-    proc = subprocess.Popen([sys.executable, "-m", "npu_rl", "train", "--recipe", "tiny_math_cpu", "--dry-run"],
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, bufsize=0)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "npu_rl", "train", "--recipe", "tiny_math_cpu", "--dry-run"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        bufsize=0,
+    )
     proc.stdout.close()  # the reader is gone before the job writes (its imports take a second)
     err = proc.stderr.read().decode()
     assert proc.wait(timeout=120) == Exit.PIPE_CLOSED, err

@@ -37,13 +37,13 @@ def dry_run(recipe: str, capsys) -> tuple[dict[str, str], dict[str, str]]:
     env, command = {}, []
     for line in out.splitlines():
         if line.startswith("export "):
-            key, _, value = line[len("export "):].partition("=")
+            key, _, value = line[len("export ") :].partition("=")
             env[key] = shlex.split(value)[0] if value else ""
         elif not line.startswith("#"):
             command.append(line)
     argv = shlex.split(" ".join(command).replace("\\ ", " "))
     hydra = {}
-    for arg in argv[argv.index("verl.trainer.main_ppo") + 1:]:
+    for arg in argv[argv.index("verl.trainer.main_ppo") + 1 :]:
         if "=" in arg and not arg.startswith(RUNTIME_ENV_PREFIX):
             key, _, value = arg.partition("=")
             hydra[key.lstrip("+")] = value
@@ -71,15 +71,16 @@ def test_dry_run_matches_the_fidelity_table(recipe, capsys):
         for key, want in _checked(rows, kind):
             have = actual.get(key)
             if have != want:
-                drift.append(f"{kind} {key}: table says {want if want is not None else 'unset'}, dry-run has "
-                             f"{have if have is not None else 'unset'}")
+                drift.append(
+                    f"{kind} {key}: table says {want if want is not None else 'unset'}, dry-run has "
+                    f"{have if have is not None else 'unset'}"
+                )
     assert not drift, "dry-run drifted from docs/recipe-fidelity.md:\n" + "\n".join(drift)
 
 
 @pytest.mark.parametrize("recipe", RECIPES)
 def test_every_recipe_variable_is_in_the_table(recipe):
-    documented = {name.strip() for row in table(recipe) if row["kind"] == "env"
-                  for name in row["setting"].split("/")}
+    documented = {name.strip() for row in table(recipe) if row["kind"] == "env" for name in row["setting"].split("/")}
     missing = sorted(set(load_recipe(recipe).env) - documented)
     assert not missing, f"{recipe} sets {missing}, which docs/recipe-fidelity.md does not compare with upstream"
 
@@ -91,8 +92,11 @@ def test_deepseek_done_when_items(capsys):
     assert re.search(r"--config-name[\s\\]+ppo_megatron_trainer", out)
     hydra, env = dry_run("deepseek_r1_671b_a3", capsys)
     tf = "actor_rollout_ref.actor.megatron.override_transformer_config"
-    assert (hydra[f"{tf}.recompute_granularity"], hydra[f"{tf}.recompute_method"],
-            hydra[f"{tf}.recompute_num_layers"]) == ("full", "block", "8")
+    assert (
+        hydra[f"{tf}.recompute_granularity"],
+        hydra[f"{tf}.recompute_method"],
+        hydra[f"{tf}.recompute_num_layers"],
+    ) == ("full", "block", "8")
     r = "actor_rollout_ref.rollout"
     assert (hydra[f"{r}.temperature"], hydra[f"{r}.top_k"], hydra[f"{r}.top_p"]) == ("0.9", "50", "0.9")
     assert env["PYTORCH_NPU_ALLOC_CONF"] == "expandable_segments:True"

@@ -14,8 +14,9 @@ from npu_rl.paths import recipes_dir
 
 TINY = yaml.safe_load((recipes_dir() / "tiny_math_cpu.yaml").read_text())
 KEYS = sorted(f"{section}.{key}" for section, body in TINY.items() if isinstance(body, dict) for key in body)
-scalars = st.one_of(st.none(), st.booleans(), st.integers(-10**6, 10**6), st.floats(allow_nan=True),
-                    st.text(max_size=12))
+scalars = st.one_of(
+    st.none(), st.booleans(), st.integers(-(10**6), 10**6), st.floats(allow_nan=True), st.text(max_size=12)
+)
 values = st.one_of(scalars, st.lists(scalars, max_size=3), st.text(max_size=20))
 
 

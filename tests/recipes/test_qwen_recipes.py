@@ -22,12 +22,17 @@ def test_the_qwen_template_is_the_demo_prompt_in_qwen_chat_format():
     for recipe in QWEN:
         assert load_recipe(recipe).model.tokenizer_config == "tokenizer/qwen2_5_math_demo_chat_template.json"
         out = _render(recipe, [{"role": "user", "content": "1+1?"}])
-        assert out.startswith("<|im_start|>system\nYou are Qwen, created by Alibaba Cloud. You are a helpful assistant.")
+        assert out.startswith(
+            "<|im_start|>system\nYou are Qwen, created by Alibaba Cloud. You are a helpful assistant."
+        )
         assert "within <answer> tags with the answer enclosed in \\boxed{}." in out and "Step 1" not in out
         assert out.endswith("<|im_end|>\n<|im_start|>user\n1+1?<|im_end|>\n<|im_start|>assistant\n")
     # A system message of the conversation replaces the default; tools get Qwen's tools block.
-    out = _render(QWEN[0], [{"role": "system", "content": "S"}, {"role": "user", "content": "x"}],
-                  tools=[{"type": "function", "function": {"name": "calc"}}])
+    out = _render(
+        QWEN[0],
+        [{"role": "system", "content": "S"}, {"role": "user", "content": "x"}],
+        tools=[{"type": "function", "function": {"name": "calc"}}],
+    )
     assert out.startswith("<|im_start|>system\nS\n\n# Tools\n") and '"name": "calc"' in out
     assert out.count("<|im_start|>system") == 1
     # The CPU demo keeps the project's own template.

@@ -49,8 +49,13 @@ def test_the_check_finds_a_nested_field_without_one():
 def test_explain_walks_every_field():
     names = [e.name for e in entries()]
     assert len(names) == len(set(names)) > 100
-    assert {"algorithm.lr", "actor.recompute.num_layers", "prepare.weight_conversion.mcore_path",
-            "reward.weights.cot", "verl_overrides"} <= set(names)
+    assert {
+        "algorithm.lr",
+        "actor.recompute.num_layers",
+        "prepare.weight_conversion.mcore_path",
+        "reward.weights.cot",
+        "verl_overrides",
+    } <= set(names)
 
 
 def _explain(capsys, *argv: str) -> tuple[int, str, str]:
@@ -106,8 +111,9 @@ def test_field_narrows_the_output(capsys):
     assert code == 0 and "reward.weights.accuracy" in out and "reward.timeout_s" not in out
 
 
-@pytest.mark.parametrize("field,hint", [("algorithm.lrr", "did you mean algorithm.lr"), ("nothing", "lists them all"),
-                                        ("algo", None)])
+@pytest.mark.parametrize(
+    "field,hint", [("algorithm.lrr", "did you mean algorithm.lr"), ("nothing", "lists them all"), ("algo", None)]
+)
 def test_an_unknown_field_is_one_error_line(capsys, field, hint):
     code, out, err = _explain(capsys, field)
     assert code == 2 and out == ""

@@ -19,8 +19,9 @@ RECIPES = sorted(p.stem for p in recipes_dir().glob("*.yaml"))
 
 
 def test_the_qwen_deepseek_and_cpu_recipes_ship():
-    assert {"qwen2_5_1_5b_math_a2_4card", "qwen2_5_1_5b_math_a2_1card", "tiny_math_cpu",
-            "deepseek_r1_671b_a3"} <= set(RECIPES)
+    assert {"qwen2_5_1_5b_math_a2_4card", "qwen2_5_1_5b_math_a2_1card", "tiny_math_cpu", "deepseek_r1_671b_a3"} <= set(
+        RECIPES
+    )
 
 
 @pytest.mark.parametrize("name", RECIPES)
@@ -36,7 +37,9 @@ def test_recipe_composes_with_verl_config(name, tmp_path, monkeypatch):
     if recipe.actor.strategy == "megatron":
         assert recipe.model.dtype is None
     else:
-        assert {a.actor.fsdp_config.dtype, a.ref.fsdp_config.dtype, a.rollout.dtype} == {recipe.model.dtype or "bfloat16"}
+        assert {a.actor.fsdp_config.dtype, a.ref.fsdp_config.dtype, a.rollout.dtype} == {
+            recipe.model.dtype or "bfloat16"
+        }
 
 
 def test_qwen_4card_matches_the_original_run_script(tmp_path, monkeypatch):
@@ -81,9 +84,16 @@ def test_qwen_4card_matches_the_original_run_script(tmp_path, monkeypatch):
     }
     assert {k: ov.get(k) for k in expected} == expected
     env = build_launch(load_recipe("qwen2_5_1_5b_math_a2_4card")).env
-    for k, v in {"HCCL_CONNECT_TIMEOUT": "360", "HCCL_EXEC_TIMEOUT": "360", "HCCL_IF_BASE_PORT": "64033",
-                 "CUDA_DEVICE_MAX_CONNECTIONS": "1", "VLLM_ATTENTION_BACKEND": "FLASH_ATTN", "HYDRA_FULL_ERROR": "1",
-                 "VLLM_USE_V1": "1", "VLLM_ASCEND_ENABLE_NZ": "0"}.items():
+    for k, v in {
+        "HCCL_CONNECT_TIMEOUT": "360",
+        "HCCL_EXEC_TIMEOUT": "360",
+        "HCCL_IF_BASE_PORT": "64033",
+        "CUDA_DEVICE_MAX_CONNECTIONS": "1",
+        "VLLM_ATTENTION_BACKEND": "FLASH_ATTN",
+        "HYDRA_FULL_ERROR": "1",
+        "VLLM_USE_V1": "1",
+        "VLLM_ASCEND_ENABLE_NZ": "0",
+    }.items():
         assert env[k] == v
     assert "NPU_RL_PATCHES" not in env or "cpu" not in env["NPU_RL_PATCHES"]
 
@@ -95,8 +105,12 @@ def test_single_card_variant(tmp_path, monkeypatch):
     assert ov["actor_rollout_ref.rollout.tensor_model_parallel_size"] == "1"
     assert ov["actor_rollout_ref.rollout.enforce_eager"] == "True"
     # 280 steps, the result its header names (10 epochs of 29 steps, capped; tests/recipes/test_qwen_recipes.py).
-    assert (ov["trainer.save_freq"], ov["trainer.test_freq"], ov["trainer.total_epochs"],
-            ov["trainer.total_training_steps"]) == ("70", "10", "10", "280")
+    assert (
+        ov["trainer.save_freq"],
+        ov["trainer.test_freq"],
+        ov["trainer.total_epochs"],
+        ov["trainer.total_training_steps"],
+    ) == ("70", "10", "10", "280")
 
 
 def test_reward_is_wired_as_verl_custom_reward(tmp_path, monkeypatch):
@@ -128,8 +142,17 @@ def test_model_dtype_is_refused_for_megatron():
 
 @pytest.mark.parametrize(
     "value,text",
-    [(True, "True"), (None, "null"), (3, "3"), (1e-6, "1e-06"), ("a/b.parquet", "a/b.parquet"),
-     (["x", "y"], "[x,y]"), ("has space", "'has space'"), ("it's", "'it\\'s'"), ("true", "'true'")],
+    [
+        (True, "True"),
+        (None, "null"),
+        (3, "3"),
+        (1e-6, "1e-06"),
+        ("a/b.parquet", "a/b.parquet"),
+        (["x", "y"], "[x,y]"),
+        ("has space", "'has space'"),
+        ("it's", "'it\\'s'"),
+        ("true", "'true'"),
+    ],
 )
 def test_hydra_value_formatting(value, text):
     assert hydra_value(value) == text
@@ -138,7 +161,9 @@ def test_hydra_value_formatting(value, text):
 def test_dry_run_prints_the_verl_command(tmp_path):
     proc = subprocess.run(
         [sys.executable, "-m", "npu_rl", "train", "--recipe", "qwen2_5_1_5b_math_a2_4card", "--dry-run"],
-        capture_output=True, text=True, env={**__import__("os").environ, "NPU_RL_WORKSPACE": str(tmp_path)},
+        capture_output=True,
+        text=True,
+        env={**__import__("os").environ, "NPU_RL_WORKSPACE": str(tmp_path)},
         timeout=120,
     )
     assert proc.returncode == 0, proc.stderr

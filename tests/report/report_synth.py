@@ -62,8 +62,15 @@ def write_jsonl(path: Path, metrics: dict[str, dict[int, float]]) -> Path:
 
 
 def with_timing(
-    metrics: dict[str, dict[int, float]], *, sequences: int, devices: int, prompt: float = 120.0,
-    response: float = 400.0, step_s: float = 10.0, warmup_s: float = 30.0, seed: int = 0,
+    metrics: dict[str, dict[int, float]],
+    *,
+    sequences: int,
+    devices: int,
+    prompt: float = 120.0,
+    response: float = 400.0,
+    step_s: float = 10.0,
+    warmup_s: float = 30.0,
+    seed: int = 0,
 ) -> dict[str, dict[int, float]]:
     """Adds what verl 0.6.1 logs about each step's time and tokens: ``timing_s/*``, the batch's mean
     prompt/response lengths and ``perf/*`` computed the way verl computes them (total tokens of the
@@ -73,14 +80,26 @@ def with_timing(
     for s in (int(x) for x in STEPS):
         t = (warmup_s if s == 1 else step_s) * (1 + rng.uniform(-0.02, 0.02))
         p, r = prompt + rng.uniform(-5, 5), response + rng.uniform(-20, 20)
-        parts = {"generate_sequences": 0.45 * t, "ref": 0.08 * t, "update_actor": 0.25 * t, "reward": 0.03 * t,
-                 "adv": 0.01 * t}
+        parts = {
+            "generate_sequences": 0.45 * t,
+            "ref": 0.08 * t,
+            "update_actor": 0.25 * t,
+            "reward": 0.03 * t,
+            "adv": 0.01 * t,
+        }
         parts["gen"] = parts["generate_sequences"] + 0.1 * t  # the weight sync and dispatch around it
         total = round((p + r) * sequences)
         values = {f"timing_s/{k}": v for k, v in parts.items()}
-        values |= {"timing_s/step": t, "timing_s/testing": 5.0, "prompt_length/mean": p, "response_length/mean": r,
-                   "perf/total_num_tokens": total, "perf/time_per_step": t, "perf/throughput": total / (t * devices),
-                   "perf/max_memory_allocated_gb": 40.0 + rng.uniform(0, 0.2)}
+        values |= {
+            "timing_s/step": t,
+            "timing_s/testing": 5.0,
+            "prompt_length/mean": p,
+            "response_length/mean": r,
+            "perf/total_num_tokens": total,
+            "perf/time_per_step": t,
+            "perf/throughput": total / (t * devices),
+            "perf/max_memory_allocated_gb": 40.0 + rng.uniform(0, 0.2),
+        }
         for tag, v in values.items():
             out.setdefault(tag, {})[s] = float(v)
     return out

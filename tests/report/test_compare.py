@@ -53,8 +53,14 @@ def test_same_run_twice_is_within_tolerance(tmp_path, capsys):
     html = (tmp_path / "cmp" / "compare.html").read_text()
     assert html.count("data:image/png;base64,") == len(data["plots"]) and not re.search(r'(src|href)="(?!data:)', html)
     titles = {p.split("/")[-1] for p in data["plots"]}
-    assert {"step_time__run_base.png", "throughput__run_base.png", "peak_memory.png", "training_reward.png",
-            "entropy.png", "response_length__mean.png"} <= titles
+    assert {
+        "step_time__run_base.png",
+        "throughput__run_base.png",
+        "peak_memory.png",
+        "training_reward.png",
+        "entropy.png",
+        "response_length__mean.png",
+    } <= titles
     assert any(t.startswith("validation_accuracy") for t in titles)
     # Each number beside what it was measured on.
     assert "| global batch | 8 | 8 |" in cap.out and "| devices verl counted | 2 | 2 |" in cap.out
@@ -165,7 +171,9 @@ def test_learning_only_ignores_the_machine_and_names_what_was_learnt_differently
 
     # Another machine: every step three times as slow, more memory; the same learning.
     elsewhere = _slower(_metrics(), 3.0)
-    elsewhere["perf/max_memory_allocated_gb"] = {s: v + 10 for s, v in elsewhere["perf/max_memory_allocated_gb"].items()}
+    elsewhere["perf/max_memory_allocated_gb"] = {
+        s: v + 10 for s, v in elsewhere["perf/max_memory_allocated_gb"].items()
+    }
     code, cap = _compare(tmp_path, capsys, _metrics(), elsewhere, "--learning")
     assert code == 0, cap.out
     checks = json.loads((tmp_path / "cmp" / "compare.json").read_text())["checks"]
@@ -177,5 +185,6 @@ def test_learning_only_ignores_the_machine_and_names_what_was_learnt_differently
     code, cap = _compare(tmp_path / "w", capsys, _metrics(), worse, "--learning")
     assert code == 1 and _fails(cap.out) == [
         f"FAIL validation accuracy ({VAL_ACC.split('/', 1)[1].rsplit('/', 2)[0]}, last common step): RUN - BASE is "
-        f"{-2 * TOL['validation_acc_diff']:+.4f} at step {last}, beyond +-{TOL['validation_acc_diff']:g}"]
+        f"{-2 * TOL['validation_acc_diff']:+.4f} at step {last}, beyond +-{TOL['validation_acc_diff']:g}"
+    ]
     _one_error_line(capsys, ["report", "--run", str(tmp_path / "base"), "--learning"], "--learning goes with --compare")

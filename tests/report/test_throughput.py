@@ -14,8 +14,7 @@ from report_synth import healthy_metrics, with_timing, write_events
 
 from npu_rl.errors import UserError
 from npu_rl.recipe import load_recipe
-from npu_rl.report import build_report, load_thresholds
-from npu_rl.report import references
+from npu_rl.report import build_report, load_thresholds, references
 from npu_rl.report.scalars import load_run
 from npu_rl.report.throughput import PARTS, throughput_card
 
@@ -26,8 +25,9 @@ DEEPSEEK = "deepseek_r1_671b_a3"  # Atlas A3: 16 x 16 dies, batch 512 x n 16, 1K
 def _run(tmp_path, recipe, **kw):
     r = load_recipe(recipe)
     seqs = r.algorithm.train_batch_size * r.algorithm.rollout_n
-    metrics = with_timing(healthy_metrics(), sequences=kw.pop("sequences", seqs),
-                          devices=kw.pop("devices", r.resources.world_size), **kw)
+    metrics = with_timing(
+        healthy_metrics(), sequences=kw.pop("sequences", seqs), devices=kw.pop("devices", r.resources.world_size), **kw
+    )
     return write_events(tmp_path / "run", metrics), metrics, r
 
 
@@ -104,14 +104,16 @@ def test_time_shares_of_the_step(tmp_path):
 
     assert card.shares["generation"] == pytest.approx(share("timing_s/generate_sequences"))
     assert card.shares["weight sync/dispatch"] == pytest.approx(
-        share("timing_s/gen", minus=["timing_s/generate_sequences"]))
+        share("timing_s/gen", minus=["timing_s/generate_sequences"])
+    )
     assert card.shares["ref"] == pytest.approx(share("timing_s/ref"))
     assert card.shares["update"] == pytest.approx(share("timing_s/update_actor"))
     assert card.shares["old_log_prob"] == 0 and any("old_log_prob pass did not run" in n for n in card.notes)
     assert sum(card.shares[p] for p in PARTS) == pytest.approx(1.0)
     # the rest of the step (reward, advantages, untimed); validation (timing_s/testing) is outside the step
     assert card.shares["other"] == pytest.approx(
-        share("timing_s/step", minus=["timing_s/gen", "timing_s/ref", "timing_s/update_actor"]))
+        share("timing_s/step", minus=["timing_s/gen", "timing_s/ref", "timing_s/update_actor"])
+    )
 
 
 def test_published_figure_only_where_the_recipe_matches_it(tmp_path):
@@ -147,9 +149,17 @@ def test_the_card_in_the_report_files(tmp_path):
     assert data["conditions"]["global batch"] == "512" and data["conditions"]["n"] == "16"
     assert data["dies_per_card"] == 2 and data["references"][0]["value"] == 120
     html = report.html.read_text()
-    section = html[html.index("<h2>Throughput</h2>"):html.index("<h2>Curves</h2>")]
-    for text in ("global batch", "512", "max prompt/response length", "1024/3072", "full recompute",
-                 "e2e_tps", "weight sync/dispatch", "published: cann-recipes-train DeepSeek-R1 RL"):
+    section = html[html.index("<h2>Throughput</h2>") : html.index("<h2>Curves</h2>")]
+    for text in (
+        "global batch",
+        "512",
+        "max prompt/response length",
+        "1024/3072",
+        "full recompute",
+        "e2e_tps",
+        "weight sync/dispatch",
+        "published: cann-recipes-train DeepSeek-R1 RL",
+    ):
         assert text in section, text
     assert html.count("data:image/png;base64,") == len(report.plots)
     assert {"Throughput (tokens/s per card)", "Step time by part"} <= {p.title for p in report.plots}
@@ -176,6 +186,6 @@ def test_the_demo_summary_has_the_throughput_block(tmp_path, monkeypatch, capsys
     report = build_report(run_files.log_root(recipe), recipe=recipe)
     demo._summary(recipe, {"train": 1.0}, 1.0, report, (0.0, 10.0, 40))
     out = capsys.readouterr().out
-    block = out[out.index("throughput            :"):out.index("reward mean per step")]
+    block = out[out.index("throughput            :") : out.index("reward mean per step")]
     assert "1 warm-up step(s) dropped" in block and "tokens/s per device" in block and "e2e_tps" in block
     assert "global batch 8" in block and "shares: generation" in block

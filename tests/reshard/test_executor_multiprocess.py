@@ -25,8 +25,13 @@ def _check_pairs(rank: int, world: int, pairs, experts_as_list: bool):
     out = []
     for train, infer in pairs:
         plan = plan_reshard(
-            model_params(MODEL), train, infer, num_layers=MODEL.num_layers, num_experts=MODEL.num_experts,
-            bucket_bytes=BUCKET, devices_per_node=4,
+            model_params(MODEL),
+            train,
+            infer,
+            num_layers=MODEL.num_layers,
+            num_experts=MODEL.num_experts,
+            bucket_bytes=BUCKET,
+            devices_per_node=4,
         )
         full = full_weights(plan, seed=7)
         shards = train_shards(plan, rank, full, experts_as_list=experts_as_list)

@@ -6,10 +6,10 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+import verl
 from hydra import compose, initialize_config_dir
 from omegaconf import OmegaConf
 
-import verl
 from npu_rl.errors import UserError
 from npu_rl.launcher.megatron import (
     megatron_env,
@@ -34,8 +34,11 @@ def _compose(overrides: list[str]):
 def test_recipe_validates_at_its_documented_scale():
     r = load_recipe(RECIPE)
     assert r.resources.world_size == 256 and r.resources.platform == "npu-a3"
-    assert (r.actor.tensor_model_parallel_size, r.actor.pipeline_model_parallel_size,
-            r.actor.expert_model_parallel_size) == (4, 8, 8)
+    assert (
+        r.actor.tensor_model_parallel_size,
+        r.actor.pipeline_model_parallel_size,
+        r.actor.expert_model_parallel_size,
+    ) == (4, 8, 8)
     assert sum(r.actor.layers_per_stage) == ModelShapes().num_layers
     assert (r.algorithm.train_batch_size, r.algorithm.rollout_n) == (512, 16)
     assert (r.data.max_prompt_length, r.data.max_response_length) == (1024, 3072)
@@ -57,7 +60,11 @@ def test_megatron_overrides_compose_onto_stock_verl():
 
     cfg = _compose(megatron_overrides(r) + rollout_engine_overrides(r))
     meg = cfg.actor_rollout_ref.actor.megatron
-    assert (meg.tensor_model_parallel_size, meg.pipeline_model_parallel_size, meg.expert_model_parallel_size) == (4, 8, 8)
+    assert (meg.tensor_model_parallel_size, meg.pipeline_model_parallel_size, meg.expert_model_parallel_size) == (
+        4,
+        8,
+        8,
+    )
     assert cfg.actor_rollout_ref.ref.megatron.pipeline_model_parallel_size == 8
     tf = OmegaConf.to_container(cfg.actor_rollout_ref.ref.megatron.override_transformer_config, resolve=True)
     # The ref inherits the actor's transformer overrides, so the layer split reaches both models.
@@ -106,8 +113,14 @@ def test_reshard_on_cpu_or_fsdp_is_a_recipe_error():
 
 def test_recipe_layouts_plan_at_the_minimum():
     # The recipe's own layouts on a 2-layer slice of DeepSeek-V3 shapes (the full model is the benchmark's job).
-    r = load_recipe(RECIPE, {"actor.layers_per_stage": None, "actor.pipeline_model_parallel_size": 1,
-                             "actor.tensor_model_parallel_size": 4})
+    r = load_recipe(
+        RECIPE,
+        {
+            "actor.layers_per_stage": None,
+            "actor.pipeline_model_parallel_size": 1,
+            "actor.tensor_model_parallel_size": 4,
+        },
+    )
     train, infer = reshard_layouts(r)
     m = ModelShapes(num_layers=2, first_k_dense=1, vocab=1024)
     plan = plan_reshard(model_params(m), train, infer, num_layers=2, num_experts=m.num_experts)
@@ -121,8 +134,10 @@ def test_megatron_layout_passes_verls_own_validation():
     r = load_recipe(RECIPE)
     a = r.algorithm
     base = [  # the batch/world keys validate_config checks the parallel layout against
-        f"trainer.nnodes={r.resources.nnodes}", f"trainer.n_gpus_per_node={r.resources.devices_per_node}",
-        f"data.train_batch_size={a.train_batch_size}", f"actor_rollout_ref.rollout.n={a.rollout_n}",
+        f"trainer.nnodes={r.resources.nnodes}",
+        f"trainer.n_gpus_per_node={r.resources.devices_per_node}",
+        f"data.train_batch_size={a.train_batch_size}",
+        f"actor_rollout_ref.rollout.n={a.rollout_n}",
         f"actor_rollout_ref.actor.ppo_mini_batch_size={a.ppo_mini_batch_size}",
         f"actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu={a.ppo_micro_batch_size_per_device}",
         "actor_rollout_ref.rollout.name=vllm",

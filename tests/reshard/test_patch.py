@@ -12,9 +12,8 @@ import torch
 
 from npu_rl.patches import reshard as patch
 from npu_rl.patches.guard import PatchVersionError, changed_fingerprints, module_file
-from npu_rl.reshard import InferLayout, ModelShapes, TrainLayout
+from npu_rl.reshard import InferLayout, ModelShapes, ReshardLayoutError, TrainLayout
 from npu_rl.reshard.harness import expected_infer_shards, full_weights, run_ranks, train_shards
-from npu_rl.reshard import ReshardLayoutError
 from npu_rl.reshard.verl_sync import _MCORE_LAYER, _MCORE_TOP, cached_plan, inference_targets, megatron_shards
 
 
@@ -86,8 +85,14 @@ def _sync_on_rank(rank: int, world: int):
     full = full_weights(plan, seed=5)
     coords = TRAIN.coords(rank)
     patch.parallel_info = lambda: {
-        "rank": rank, "world": world, "tp": TRAIN.tp, "pp": TRAIN.pp, "ep": TRAIN.ep,
-        "tp_rank": coords["tp"], "pp_rank": coords["pp"], "ep_rank": coords["ep"],
+        "rank": rank,
+        "world": world,
+        "tp": TRAIN.tp,
+        "pp": TRAIN.pp,
+        "ep": TRAIN.ep,
+        "tp_rank": coords["tp"],
+        "pp_rank": coords["pp"],
+        "ep_rank": coords["ep"],
     }
     offset = sum(TRAIN.stage_sizes(MODEL.num_layers)[: coords["pp"]])
     actor = [_Module(_megatron_names(train_shards(plan, rank, full, experts_as_list=True), offset))]
@@ -108,7 +113,9 @@ def _sync_on_rank(rank: int, world: int):
             await self.rollout.update_weights(weights)
 
     class _Rollout:
-        inference_engine = types.SimpleNamespace(worker=types.SimpleNamespace(model_runner=types.SimpleNamespace(model=model)))
+        inference_engine = types.SimpleNamespace(
+            worker=types.SimpleNamespace(model_runner=types.SimpleNamespace(model=model))
+        )
 
         async def update_weights(self, weights, **kwargs):
             raise AssertionError("the unpatched update_weights must not see a reshard request")
@@ -119,11 +126,19 @@ def _sync_on_rank(rank: int, world: int):
     rollout_mod = types.ModuleType("fake_vllm_rollout")
     rollout_mod.vLLMRollout, rollout_mod.vLLMAsyncRollout = _Rollout, type("A", (_Rollout,), {})
     hf_config = types.SimpleNamespace(
-        num_hidden_layers=MODEL.num_layers, first_k_dense_replace=MODEL.first_k_dense, hidden_size=MODEL.hidden,
-        intermediate_size=MODEL.intermediate, moe_intermediate_size=MODEL.moe_intermediate,
-        n_routed_experts=MODEL.num_experts, n_shared_experts=MODEL.num_shared_experts, vocab_size=MODEL.vocab,
-        num_attention_heads=MODEL.num_heads, q_lora_rank=MODEL.q_lora_rank, kv_lora_rank=MODEL.kv_lora_rank,
-        qk_nope_head_dim=MODEL.qk_nope_head_dim, qk_rope_head_dim=MODEL.qk_rope_head_dim,
+        num_hidden_layers=MODEL.num_layers,
+        first_k_dense_replace=MODEL.first_k_dense,
+        hidden_size=MODEL.hidden,
+        intermediate_size=MODEL.intermediate,
+        moe_intermediate_size=MODEL.moe_intermediate,
+        n_routed_experts=MODEL.num_experts,
+        n_shared_experts=MODEL.num_shared_experts,
+        vocab_size=MODEL.vocab,
+        num_attention_heads=MODEL.num_heads,
+        q_lora_rank=MODEL.q_lora_rank,
+        kv_lora_rank=MODEL.kv_lora_rank,
+        qk_nope_head_dim=MODEL.qk_nope_head_dim,
+        qk_rope_head_dim=MODEL.qk_rope_head_dim,
         v_head_dim=MODEL.v_head_dim,
     )
     tf_config = types.SimpleNamespace(num_layers_in_first_pipeline_stage=1, num_layers_in_last_pipeline_stage=3)
@@ -131,7 +146,9 @@ def _sync_on_rank(rank: int, world: int):
     patch.patch_vllm_rollout(rollout_mod, check=False)
 
     worker = ActorRolloutRefWorker()
-    worker.config = types.SimpleNamespace(rollout=types.SimpleNamespace(tensor_model_parallel_size=1, expert_parallel_size=2))
+    worker.config = types.SimpleNamespace(
+        rollout=types.SimpleNamespace(tensor_model_parallel_size=1, expert_parallel_size=2)
+    )
     worker.rollout = _Rollout()
     import os
 
@@ -140,7 +157,8 @@ def _sync_on_rank(rank: int, world: int):
     outside = workers.per_tensor_generator(actor, hf_config, None, tf_config, {})  # not inside rollout_mode
     list(outside)
     bad = [
-        n for n, t in want.items()
+        n
+        for n, t in want.items()
         if not torch.equal(vllm_params[n].transpose(-1, -2) if ".experts." in n else vllm_params[n], t)
     ]
     return {"bad": bad, "verl_gen_calls": len(verl_gen_calls)}

@@ -27,7 +27,11 @@ MODEL = ModelShapes.tiny()
 
 def _plan(train, infer, bucket=1024, model=MODEL):
     return plan_reshard(
-        model_params(model), train, infer, num_layers=model.num_layers, num_experts=model.num_experts,
+        model_params(model),
+        train,
+        infer,
+        num_layers=model.num_layers,
+        num_experts=model.num_experts,
         bucket_bytes=bucket,
     )
 
@@ -44,14 +48,16 @@ def _simulate(plan, experts_as_list=False):
     return full, dst
 
 
-layouts = st.sampled_from([
-    (TrainLayout(8, tp=2, pp=2, ep=2), InferLayout(8, tp=2, ep=8)),
-    (TrainLayout(8, tp=4, pp=1, ep=2), InferLayout(8, tp=1, ep=4)),
-    (TrainLayout(8, tp=1, pp=4, ep=2, layers_per_stage=(1, 1, 1, 1)), InferLayout(8, tp=4, ep=8)),
-    (TrainLayout(4, tp=1, pp=1, ep=4), InferLayout(4, tp=4, ep=4)),
-    (TrainLayout(16, tp=2, pp=2, ep=4, layers_per_stage=(3, 1)), InferLayout(16, tp=2, ep=16)),
-    (TrainLayout(2, tp=2, pp=1, ep=1), InferLayout(2, tp=1, ep=1)),
-])
+layouts = st.sampled_from(
+    [
+        (TrainLayout(8, tp=2, pp=2, ep=2), InferLayout(8, tp=2, ep=8)),
+        (TrainLayout(8, tp=4, pp=1, ep=2), InferLayout(8, tp=1, ep=4)),
+        (TrainLayout(8, tp=1, pp=4, ep=2, layers_per_stage=(1, 1, 1, 1)), InferLayout(8, tp=4, ep=8)),
+        (TrainLayout(4, tp=1, pp=1, ep=4), InferLayout(4, tp=4, ep=4)),
+        (TrainLayout(16, tp=2, pp=2, ep=4, layers_per_stage=(3, 1)), InferLayout(16, tp=2, ep=16)),
+        (TrainLayout(2, tp=2, pp=1, ep=1), InferLayout(2, tp=1, ep=1)),
+    ]
+)
 
 
 @settings(max_examples=12, deadline=None)

@@ -115,8 +115,9 @@ def test_verl_loads_the_file_standalone_with_reward_kwargs(reward, respond):
             if name == "compute_score":
                 r = fn(data_source="math", solution_str=respond("\\boxed{2}"), ground_truth="2", extra_info={})
             else:
-                (r,) = fn(data_sources=["math"], solution_strs=[respond("\\boxed{2}")], ground_truths=["2"],
-                          extra_infos=[{}])
+                (r,) = fn(
+                    data_sources=["math"], solution_strs=[respond("\\boxed{2}")], ground_truths=["2"], extra_infos=[{}]
+                )
             assert r["score"] == pytest.approx(1.0) and r["format"] == pytest.approx(0.3)
     finally:
         sys.modules.pop("custom_module", None)

@@ -190,8 +190,12 @@ def test_the_same_unit_in_any_spelling_or_none_is_the_same_answer(reward, data, 
 
 
 @settings(max_examples=60, deadline=None)
-@given(data=st.data(), value=numbers, units=st.lists(st.sampled_from(sorted(UNITS)), min_size=2, max_size=2),
-       powers=st.lists(st.integers(1, 3), min_size=2, max_size=2))
+@given(
+    data=st.data(),
+    value=numbers,
+    units=st.lists(st.sampled_from(sorted(UNITS)), min_size=2, max_size=2),
+    powers=st.lists(st.integers(1, 3), min_size=2, max_size=2),
+)
 def test_different_units_are_different_answers(reward, data, value, units, powers):
     if units[0] == units[1] and powers[0] == powers[1]:
         return
@@ -213,8 +217,12 @@ WORDS = ["yes", "no", "even", "odd", "east", "seat", "Monday", "neither", "Evely
 
 
 @settings(max_examples=60, deadline=None)
-@given(word=st.sampled_from(WORDS), other=st.sampled_from(WORDS), flips=st.lists(st.booleans(), min_size=8),
-       wrap=st.sampled_from(["\\text{{{}}}", "\\textbf{{{}}}", "\\mbox{{{}}}", "{}"]))
+@given(
+    word=st.sampled_from(WORDS),
+    other=st.sampled_from(WORDS),
+    flips=st.lists(st.booleans(), min_size=8),
+    wrap=st.sampled_from(["\\text{{{}}}", "\\textbf{{{}}}", "\\mbox{{{}}}", "{}"]),
+)
 def test_words_compare_case_blind(reward, word, other, flips, wrap):
     cased = "".join(c.upper() if f else c.lower() for c, f in zip(word, flips + [False] * len(word)))
     assert both_paths(reward, wrap.format(cased), f"\\text{{{other}}}") is (word.lower() == other.lower())

@@ -96,8 +96,13 @@ def test_a_wrong_restated_computation_is_counted_too(reward, respond):
     assert (r["acc"], r["unevaluated"]) == (0.0, 1.0)
 
 
-_OPS = {"+": lambda a, b: a + b, "-": lambda a, b: a - b, "\\times": lambda a, b: a * b,
-        "\\cdot": lambda a, b: a * b, "*": lambda a, b: a * b}
+_OPS = {
+    "+": lambda a, b: a + b,
+    "-": lambda a, b: a - b,
+    "\\times": lambda a, b: a * b,
+    "\\cdot": lambda a, b: a * b,
+    "*": lambda a, b: a * b,
+}
 
 
 def _numeral(n: int) -> str:
@@ -105,8 +110,12 @@ def _numeral(n: int) -> str:
 
 
 @settings(max_examples=80, deadline=None)
-@given(a=st.integers(-999, 999), b=st.integers(-999, 999), op=st.sampled_from(sorted(_OPS)),
-       wrap=st.sampled_from(["{}", "x = {}", "({}, 1)", "{} \\text{{ cm}}"]))
+@given(
+    a=st.integers(-999, 999),
+    b=st.integers(-999, 999),
+    op=st.sampled_from(sorted(_OPS)),
+    wrap=st.sampled_from(["{}", "x = {}", "({}, 1)", "{} \\text{{ cm}}"]),
+)
 def test_any_arithmetic_between_numerals_is_unevaluated(reward, respond, a, b, op, wrap):
     value = _OPS[op](a, b)
     pred = wrap.format(f"{_numeral(a)} {op} {_numeral(b)}")
@@ -120,7 +129,7 @@ def evaluated_forms(draw):
     """(an answer in a final form, a plain spelling of its value)."""
     kind = draw(st.sampled_from(["int", "fraction", "power", "decimal", "scientific"]))
     if kind == "int":
-        n = draw(st.integers(-10**6, 10**6))
+        n = draw(st.integers(-(10**6), 10**6))
         return str(n), str(n)
     if kind == "fraction":
         p, q = draw(st.integers(-999, 999)), draw(st.integers(1, 999))
@@ -131,7 +140,7 @@ def evaluated_forms(draw):
         value = Fraction(base) ** exp
         return f"{base}^{{{exp}}}", f"\\frac{{{value.numerator}}}{{{value.denominator}}}"
     if kind == "decimal":
-        n, places = draw(st.integers(-10**6, 10**6)), draw(st.integers(1, 4))
+        n, places = draw(st.integers(-(10**6), 10**6)), draw(st.integers(1, 4))
         whole, frac = divmod(abs(n), 10**places)
         text = f"{'-' if n < 0 else ''}{whole}.{frac:0{places}d}"
         value = Fraction(n, 10**places)

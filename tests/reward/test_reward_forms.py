@@ -170,8 +170,13 @@ def _bracket(closed: bool, left: bool) -> str:
 
 
 @settings(max_examples=150, deadline=None)
-@given(a=st.integers(-99, 98), width=st.integers(1, 50), lo_closed=st.booleans(), hi_closed=st.booleans(),
-       flip=st.sampled_from(["lo", "hi", None]))
+@given(
+    a=st.integers(-99, 98),
+    width=st.integers(1, 50),
+    lo_closed=st.booleans(),
+    hi_closed=st.booleans(),
+    flip=st.sampled_from(["lo", "hi", None]),
+)
 def test_an_inequality_is_the_interval_it_describes(a, width, lo_closed, hi_closed, flip):
     b = a + width
     interval = f"{_bracket(lo_closed, True)}{a}, {b}{_bracket(hi_closed, False)}"

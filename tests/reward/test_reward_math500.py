@@ -87,8 +87,9 @@ def respellings(gt: str) -> list[tuple[str, bool]]:
 def test_each_reference_answer_respelled_is_itself_on_both_paths(reward, references):
     pairs = [(v, gt, same) for gt in references for v, same in [(gt, True), *respellings(gt)]]
     assert {same for _, _, same in pairs} == {True, False}  # the data still has answers with units, equations
-    scores = reward.compute_score_batch(["math"] * len(pairs), [f"\\boxed{{{v}}}" for v, _, _ in pairs],
-                                        [gt for _, gt, _ in pairs], timeout_s=5.0)
+    scores = reward.compute_score_batch(
+        ["math"] * len(pairs), [f"\\boxed{{{v}}}" for v, _, _ in pairs], [gt for _, gt, _ in pairs], timeout_s=5.0
+    )
     wrong = [(v, gt) for (v, gt, same), r in zip(pairs, scores) if (r["acc"] == 1.0) != same]
     assert not wrong, wrong[:10]
     wrong = [(v, gt) for v, gt, same in pairs if bool(judge(v, gt, leaf=sympy_only)) is not same]

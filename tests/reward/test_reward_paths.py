@@ -8,7 +8,6 @@ does for syntax outside latex_eval's subset) must not change a single verdict.
 from __future__ import annotations
 
 import functools
-
 import subprocess
 import sys
 from fractions import Fraction

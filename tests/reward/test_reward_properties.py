@@ -5,7 +5,6 @@ from __future__ import annotations
 import time
 
 import pytest
-
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -47,7 +46,7 @@ def test_adversarial_boxed_answers_never_raise_and_stay_in_budget(reward, answer
 
 
 @settings(max_examples=100, deadline=None)
-@given(a=st.integers(-10**6, 10**6), b=st.integers(1, 10**6), c=st.integers(-10**6, 10**6), d=st.integers(1, 10**6))
+@given(a=st.integers(-(10**6), 10**6), b=st.integers(1, 10**6), c=st.integers(-(10**6), 10**6), d=st.integers(1, 10**6))
 def test_fractions_are_equal_exactly_when_their_values_are(a, b, c, d):
     left, right = parse(f"\\frac{{{a}}}{{{b}}}"), parse(f"{c}/{d}")
     assert equal(left, right) is (a * d == c * b)

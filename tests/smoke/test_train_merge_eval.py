@@ -28,8 +28,12 @@ from npu_rl.report.scalars import load_run
 pytestmark = [pytest.mark.smoke, pytest.mark.timeout(900)]
 
 STEPS = 2
-SETS = {"logging.experiment": "smoke", "algorithm.total_training_steps": STEPS, "checkpoint.save_freq": STEPS,
-        "checkpoint.test_freq": 100}
+SETS = {
+    "logging.experiment": "smoke",
+    "algorithm.total_training_steps": STEPS,
+    "checkpoint.save_freq": STEPS,
+    "checkpoint.test_freq": 100,
+}
 ARGS = ["--recipe", "tiny_math_cpu", *[a for k, v in SETS.items() for a in ("--set", f"{k}={v}")]]
 EVAL_LIMIT = 4
 
@@ -45,8 +49,9 @@ def _train(env: dict[str, str], log: Path) -> tuple[int, set[int]]:
     """`npu-rl train` as a process; returns its exit code and every process it started, seen while it ran."""
     seen: set[int] = set()
     with open(log, "w") as out:
-        proc = subprocess.Popen([_npu_rl(), "train", *ARGS], env=env, stdout=out, stderr=subprocess.STDOUT,
-                                start_new_session=True)
+        proc = subprocess.Popen(
+            [_npu_rl(), "train", *ARGS], env=env, stdout=out, stderr=subprocess.STDOUT, start_new_session=True
+        )
         try:
             me = psutil.Process(proc.pid)
             deadline = time.monotonic() + 600

@@ -34,7 +34,7 @@ def _chain() -> None:
 
     here = _os.path.dirname(_os.path.abspath(__file__))
     entries = [_os.path.abspath(p or _os.getcwd()) for p in _sys.path]
-    after = entries[entries.index(here) + 1:] if here in entries else [p for p in entries if p != here]
+    after = entries[entries.index(here) + 1 :] if here in entries else [p for p in entries if p != here]
     spec = importlib.machinery.PathFinder.find_spec("sitecustomize", after)
     if spec is None or spec.loader is None:
         return
