@@ -1,22 +1,16 @@
-"""Cross-node preflight: every node of the cluster runs the same stack, agrees on the
-variables that must agree, and sees the same checkpoint directory.
+"""Cross-node preflight: every node runs the same stack, agrees on the variables that must agree,
+and sees the same checkpoint directory.
 
-Run by ``npu-rl train`` on a multi-node cluster after all nodes joined and before
-verl starts, through Ray itself: one task per node, pinned there, with no
-``runtime_env`` of its own, so it sees what that node's raylet (``npu-rl ray
-head|worker`` and the pod spec) gave it, which is what verl's workers inherit
-under the run's runtime_env.
+``npu-rl train`` runs it once all nodes joined, before verl starts: one Ray task per node, pinned
+there, with no ``runtime_env`` of its own, so it sees what that node's raylet gave it, which is
+what verl's workers inherit under the run's runtime_env.
 
-- Versions: npu-rl, verl, torch, torch_npu, transformers, CANN's toolkit and
-  the NPU driver. Ray checks its own version when a node joins.
-- Variables: the HCCL timeouts and every other ``HCCL_*``, the socket interface
-  variables and every ``NPU_RL_*``, set on one node and unset on another
-  included. The run's runtime_env overrides the ones the recipe sets on every
-  worker, so those cannot differ and are not compared; nor are the ones that
-  name the node itself (:data:`PER_NODE`).
-- The checkpoint directory: each node writes a sentinel there, then each node
-  must see every other node's. A node-local directory (a hostPath, a disk per
-  node instead of the ReadWriteMany claim) is refused now, not found at the
+- Versions: npu-rl, verl, torch, torch_npu, transformers, CANN's toolkit, the NPU driver (Ray checks its own).
+- Variables: every ``HCCL_*`` (the timeouts among them), the socket interface variables and
+  every ``NPU_RL_*``, unset on one node included; not those the run's runtime_env sets on
+  every worker (they cannot differ), nor those naming the node itself (:data:`PER_NODE`).
+- The checkpoint directory: each node writes a sentinel there and must see every other
+  node's, so a node-local directory (hostPath, a disk per node) is refused now, not at the
   first resume, when the head cannot read the workers' shards.
 """
 
@@ -145,9 +139,10 @@ def check_cluster(ckpt_root: Path, exclude: set[str], timeout: float = 120.0) ->
                 exit_code=Exit.NODE_LOST,
             ) from None
         except RayError as err:
-            if isinstance(getattr(err, "cause", None), ModuleNotFoundError):
+            cause = getattr(err, "cause", None)
+            if isinstance(cause, ModuleNotFoundError):
                 raise UserError(
-                    f"cross-node preflight: a node cannot run npu-rl ({err.cause}); every node needs the same image"
+                    f"cross-node preflight: a node cannot run npu-rl ({cause}); every node needs the same image"
                 ) from None
             first = str(err).strip().splitlines()[-1] if str(err).strip() else type(err).__name__
             raise UserError(

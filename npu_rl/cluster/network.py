@@ -32,7 +32,8 @@ class Interface:
 
 def resolve(host: str) -> str:
     """IPv4 address of ``host``; raises OSError while DNS does not know it yet."""
-    return socket.getaddrinfo(host, None, socket.AF_INET, socket.SOCK_STREAM)[0][4][0]
+    sockaddr = socket.getaddrinfo(host, None, socket.AF_INET, socket.SOCK_STREAM)[0][4]
+    return str(sockaddr[0])  # an AF_INET sockaddr is (address, port): typeshed's union also has int-first ones
 
 
 def route_source_ip(dest_ip: str) -> str:

@@ -1,14 +1,12 @@
 """Where this node sits in the job: rank, node count and head host, read from the
 environment of whichever launcher started the pod or host.
 
-Each launcher publishes the same facts under different names; one reader per
-launcher turns them into a :class:`Placement`, tried in the order of
-``READERS`` (the first whose marker variable is set wins):
+Each launcher publishes the same facts under different names; one reader per launcher turns
+them into a :class:`Placement`, in the order of ``READERS`` (the first whose marker is set wins):
 
-* Volcano (``env`` + ``svc`` job plugins): ``VC_TASK_INDEX`` and, per task,
-  ``VC_<TASK>_HOSTS`` / ``VC_<TASK>_NUM``. With a ``head`` task the head is its
-  first host and a worker's rank is ``1 + VC_TASK_INDEX``; with a single task,
-  index 0 is the head.
+* Volcano (``env`` + ``svc`` job plugins): ``VC_TASK_INDEX`` and, per task, ``VC_<TASK>_HOSTS`` /
+  ``VC_<TASK>_NUM``. With a ``head`` task the head is its first host and a worker's rank is
+  ``1 + VC_TASK_INDEX``; with a single task, index 0 is the head.
 * KubeRay: ``KUBERAY_GEN_RAY_START_CMD`` (the ``ray start`` built from
   ``rayStartParams``), ``FQ_RAY_IP`` / ``RAY_IP`` for the head service.
 * MindCluster Ascend Operator: ``MINDX_TASK_ID``, ``MASTER_ADDR``, ``RANK``,

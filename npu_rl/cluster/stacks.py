@@ -1,18 +1,15 @@
 """Python stacks of every process of a run, on every node, for a hang report.
 
-One task per alive Ray node, pinned there (``NodeAffinitySchedulingStrategy``,
-``num_cpus=0`` so a node whose CPUs the run holds still takes it), lists the Ray
-worker processes of its own raylet (the raylet is the task's parent; on a host
-with several raylets that keeps each node's processes apart) and runs
-``py-spy dump --nonblocking`` on each. Non-blocking reads the process's memory
-without ptrace-stopping it, which is what makes a stopped (SIGSTOP, a frozen
-device call) process dumpable at all: py-spy's default mode fails on one
-("Failed to suspend process"). Every dump and every node has a timeout, so a
-process or a node that does not answer is named, not waited for.
+One task per alive Ray node, pinned there (``NodeAffinitySchedulingStrategy``, ``num_cpus=0`` so
+a node whose CPUs the run holds still takes it), lists the Ray worker processes of its own raylet
+(the task's parent, which keeps apart the nodes of a host with several raylets) and runs
+``py-spy dump --nonblocking`` on each: it reads the process's memory without ptrace-stopping it,
+so a stopped process (SIGSTOP, a frozen device call) is dumpable at all, where py-spy's default
+mode fails ("Failed to suspend process"). Every dump and every node has a timeout, so a process
+or a node that does not answer is named, not waited for.
 
-This module runs as its own process (``python -m npu_rl.cluster.stacks``):
-``ray.init`` and the tasks may hang on a broken cluster, and the caller must be
-able to give up on them.
+This module runs as its own process (``python -m npu_rl.cluster.stacks``): ``ray.init`` and the
+tasks may hang on a broken cluster, and the caller must be able to give up on them.
 """
 
 from __future__ import annotations

@@ -1,21 +1,15 @@
 """The three node programs behind `npu-rl ray head|worker|wait`.
 
 head
-    Export the network variables, ``ray start --head --block`` with ``NPU``
-    resources, and, when given a command, wait until every node and NPU has
-    joined, run the command with ``RAY_ADDRESS`` pointing at this head, stop
-    Ray and exit with the command's exit code (so the pod's, and the Volcano
-    job's, result is the training's). Without a command it serves until Ray
-    exits or the pod is terminated.
+    Export the network variables, ``ray start --head --block`` with ``NPU`` resources; given a command, wait
+    until every node and NPU has joined, run it with ``RAY_ADDRESS`` at this head, stop Ray and exit with its
+    exit code (so the pod's, and the Volcano job's, result is the training's); else serve until Ray or the pod ends.
 worker
-    Retry reaching the head's GCS port with backoff until a deadline, then
-    ``ray start --address`` (retried if it exits before joining). Once joined,
-    probe the head; when it stays unreachable for ``head_lost_after`` seconds
-    (the head's job ended and Ray stopped, or the head died), stop Ray and exit
-    non-zero, so no worker pod is left hanging.
+    Retry reaching the head's GCS port with backoff until a deadline, then ``ray start --address``
+    (retried if it exits before joining). Once joined, probe the head; when it stays unreachable for
+    ``head_lost_after`` seconds (its job ended, or it died), stop Ray and exit non-zero: no pod hangs.
 wait
-    Block until the cluster holds the expected nodes and NPUs, or fail with a
-    message naming what is missing.
+    Block until the cluster holds the expected nodes and NPUs, or fail naming what is missing.
 
 Exit codes other than the head command's own are listed in :class:`npu_rl.exit_codes.Exit`.
 """
@@ -115,6 +109,8 @@ def run_head(opts: HeadOptions) -> int:
                 )
             log(f"head up at {address} with {opts.npus} NPU; expecting {opts.nnodes} nodes")
             if not opts.command:
+                if node.proc is None:  # node.start() above set it
+                    raise RuntimeError("ray head process was not started")
                 code = node.proc.wait()
                 raise ClusterError(
                     f"Ray on this head exited on its own (ray start exit code {code}): one of its "

@@ -133,7 +133,7 @@ def _run_local(args, recipe: Recipe, baseline, trained, step, name, out: Path):
     from ..eval.local import evaluate
     from ..eval.table import ResultTable
 
-    val_files = [_resolve(f) for f in recipe.data.val_files]
+    val_files: list[str | Path] = [_resolve(f) for f in recipe.data.val_files]
     load_problems(val_files, args.limit)  # fail on a missing/bad file before loading any model
     grader = load_grader(recipe.reward.function, recipe.reward.name)
     common = dict(

@@ -11,6 +11,7 @@ validation. Offline a local ``deepscaler.json`` is the input; the hub is the fal
 from __future__ import annotations
 
 import json
+from collections.abc import Sequence
 from pathlib import Path
 
 from ..errors import UserError
@@ -41,7 +42,7 @@ def to_verl_row(item: object, split: str, index: int) -> dict | None:
     }
 
 
-def split_rows(items: list[object], train_ratio: float = TRAIN_RATIO) -> tuple[dict[str, list[dict]], int]:
+def split_rows(items: Sequence[object], train_ratio: float = TRAIN_RATIO) -> tuple[dict[str, list[dict]], int]:
     """({"train": rows, "test": rows}, rows skipped); the split is by position, before skipping."""
     if not 0 < train_ratio < 1:
         raise UserError(f"train ratio must be between 0 and 1 (got {train_ratio})")

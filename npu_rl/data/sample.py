@@ -1,18 +1,16 @@
 """The demo's MATH-style sample, written by the npu-rl team (no third-party data).
 
-Simple prealgebra whose answer is a number from the problem with the right sign:
-the opposite of ``7``, ``|-7|``, ``-(-7)``, ``7 \\times (-1)``... A tiny CPU model
-learns to copy the number quickly; whether the sign is right depends on the
-problem's form, which is what GRPO has to learn in the demo (see
-``npu_rl.model.warmstart``: the warm start imitates a teacher that gets the sign
-wrong half the time). Copying the problem's expression (``\\boxed{-(-7)}``) earns
-nothing: the reward pays evaluated answers only (``npu_rl.reward.evaluated``).
+Simple prealgebra whose answer is a number from the problem with the right sign: the opposite
+of ``7``, ``|-7|``, ``-(-7)``, ``7 \\times (-1)``... A tiny CPU model learns to copy the number
+quickly; whether the sign is right depends on the problem's form, which is what GRPO has to
+learn in the demo (``npu_rl.model.warmstart``: a teacher that gets the sign wrong half the
+time). Copying the problem's expression (``\\boxed{-(-7)}``) earns nothing: the reward pays
+evaluated answers only (``npu_rl.reward.evaluated``).
 
-Problems are generated deterministically in MATH-lighteval's schema (problem,
-level, type, solution with a final ``\\boxed{}``) and committed as parquet under
-configs/data/math-sample/ so that the demo exercises the same conversion path as
-real data. The test split is held out: no test problem occurs in the train split.
-``python -m npu_rl.data.sample`` regenerates the files.
+Problems are generated deterministically in MATH-lighteval's schema (problem, level, type,
+solution with a final ``\\boxed{}``) and committed as parquet under configs/data/math-sample/,
+so the demo exercises the same conversion path as real data. No test problem occurs in the
+train split. ``python -m npu_rl.data.sample`` regenerates the files.
 """
 
 from __future__ import annotations
@@ -77,7 +75,8 @@ GENERATORS: tuple[Callable[[random.Random], tuple[str, str, str]], ...] = (
 def generate(n: int, seed: int, exclude: set[str] | frozenset[str] = frozenset()) -> list[dict]:
     """``n`` distinct problems cycling through the forms; none whose text is in ``exclude``."""
     rng = random.Random(seed)
-    seen, rows = set(exclude), []
+    seen = set(exclude)
+    rows: list[dict] = []
     attempt = 0
     while len(rows) < n:
         problem, kind, solution = GENERATORS[attempt % len(GENERATORS)](rng)

@@ -1,41 +1,17 @@
 """The base image's Python layer (``ascend.base_image``), and the stand-in of it built here.
 
-vllm-ascend v0.9.1's Dockerfile makes ``quay.io/ascend/vllm-ascend:v0.9.1`` on CANN's image
-(``quay.io/ascend/cann:8.2.rc1-910b-ubuntu22.04-py3.11``): vLLM 0.9.1 installed from its source
-with ``VLLM_TARGET_DEVICE=empty``, which makes vLLM's requirements those of
-``requirements/common.txt`` (vLLM 0.9.1 ``setup.py`` ``get_requirements``: ``_no_device()``),
-then vllm-ascend 0.9.1, whose metadata requires ``torch-npu==2.5.1.post1`` on torch 2.5.1.
+vllm-ascend v0.9.1's Dockerfile makes ``quay.io/ascend/vllm-ascend:v0.9.1`` on CANN 8.2.RC1's image
+(``quay.io/ascend/cann:8.2.rc1-910b-ubuntu22.04-py3.11``): vLLM 0.9.1 from source with ``VLLM_TARGET_DEVICE=empty``
+(requirements: ``requirements/common.txt``, ``setup.py`` ``get_requirements``: ``_no_device()``), then
+vllm-ascend 0.9.1, which requires ``torch-npu==2.5.1.post1`` on torch 2.5.1. Here that layer is the ``npu-base``
+lock (npu_rl.envs.locks) and constrains the npu locks, so nothing npu-rl installs on top replaces a version
+vLLM, vllm-ascend or torch_npu asks for; :func:`build` installs it into a venv the same way.
 
-Here that layer is resolved into ``configs/locks/npu-base.txt`` (npu_rl.envs.locks: vLLM's
-common requirements and build requirements, read from the release's sdist, plus vllm-ascend
-and torch_npu) and the npu locks are resolved with it as constraints, so nothing npu-rl
-installs on top replaces a version vLLM, vllm-ascend or torch_npu asks for. ``build`` installs
-the same layer into a venv the same way: torch, the npu-base lock, then vLLM built from its
-sdist with the empty target (``make npu-stack``; ``python -m npu_rl.envs.ascend_base build VENV``).
-
-What the stand-in lacks, and where it differs (the one place this is stated):
-
-* CANN, the NPU kernels and torch_npu's native library: ``import torch_npu`` fails, and so
-  does everything that imports it (vllm-ascend's platform, its patches, its worker).
-* Without CANN, torch_npu's native library cannot load, and torch 2.5 loads every installed
-  device backend when it is imported (its ``torch.backends`` entry points): ``import torch``
-  itself fails. The stand-in turns that off, ``TORCH_DEVICE_BACKEND_AUTOLOAD=0``.
-  transformers, vLLM and verl import torch_npu whenever it is installed, so the stand-in also
-  hides it (``sys.modules["torch_npu"] = None``: what a host without torch_npu sees, so verl's
-  device is the CPU) and leaves vllm-ascend's platform plugin out (``VLLM_PLUGINS=""``). All
-  three are one ``.pth`` file (:func:`stand_in_pth`), in the venv and in the stand-in image's
-  site-packages, so every process has them; ``NPU_RL_STAND_IN_BOUNDARY=1`` leaves the last two
-  off to show where the real imports stop (tests/envs/test_npu_stack.py). A real base image
-  loads torch_npu.
-* torch: torch_npu 2.5.1.post1 for x86_64 requires ``torch==2.5.1+cpu``, which only PyTorch's
-  own index serves (unreachable here). PyPI's torch 2.5.1 stands in, with the CUDA wheels
-  and triton PyPI's build depends on, and ``pip check`` prints exactly that one line
-  (:data:`EXPECTED_PIP_CHECK`); on aarch64 PyPI's torch 2.5.1 is the CPU build and there is
-  no such line. The base image's Dockerfile also uninstalls triton, which its CPU torch does
-  not need; the stand-in keeps it because its torch does.
-* vLLM's unpinned requirements are resolved as of ``tools.lock_exclude_newer``, not on the
-  day Ascend built the image; the pinned ones (lark, outlines, xgrammar, compressed-tensors,
-  ...) are the same.
+What the stand-in lacks (the one place this is stated): CANN, the NPU kernels and torch_npu's native
+library, so ``import torch_npu`` fails, and everything that imports it (vllm-ascend's platform, patches,
+worker): :func:`stand_in_pth` keeps every process from trying. On x86_64, PyTorch's ``torch==2.5.1+cpu``:
+the one ``pip check`` line allowed (:func:`unexpected_pip_check`). vLLM's unpinned requirements are as of
+``tools.lock_exclude_newer``, not the day Ascend built the image; its pinned ones (lark, outlines, ...) match.
 """
 
 from __future__ import annotations
@@ -53,7 +29,7 @@ from .. import versions
 from . import locks
 from .base_layer import cache_dir, fetch_sdist, sdist_pin
 
-# What the stand-in sets because CANN is absent (module docstring): always; and, unless BOUNDARY_ENV is 1,
+# What the stand-in sets because CANN is absent (stand_in_pth): always; and, unless BOUNDARY_ENV is 1,
 # what hides torch_npu.
 ALWAYS_ENV = {"TORCH_DEVICE_BACKEND_AUTOLOAD": "0"}
 HIDING_ENV = {"VLLM_PLUGINS": ""}
@@ -83,7 +59,13 @@ def stand_in_torch(torch_version: str | None = None, machine: str | None = None)
 def unexpected_pip_check(output: str, stand_in: bool) -> list[str]:
     """The lines of ``pip check`` output that the stand-in's one known difference does not explain:
     torch_npu's pin of the CPU torch build, allowed only where PyPI's torch stands in for it
-    (:func:`stand_in_torch`). On a real base image (torch 2.5.1+cpu) nothing is allowed."""
+    (:func:`stand_in_torch`). On a real base image (torch 2.5.1+cpu) nothing is allowed.
+
+    torch_npu 2.5.1.post1 for x86_64 requires ``torch==2.5.1+cpu``, which only PyTorch's own index serves
+    (unreachable here): PyPI's torch 2.5.1 stands in, with the CUDA wheels and triton PyPI's build depends
+    on, and ``pip check`` prints exactly that one line (:data:`EXPECTED_PIP_CHECK`). The base image's
+    Dockerfile uninstalls triton, which its CPU torch does not need; the stand-in keeps it because its
+    torch does. On aarch64 PyPI's torch 2.5.1 is the CPU build and there is no such line."""
     lines = [line for line in output.splitlines() if line.strip() and not line.startswith("No broken requirements")]
     return [line for line in lines if not (stand_in and EXPECTED_PIP_CHECK.match(line))]
 
@@ -155,7 +137,8 @@ def wheelhouse(*, log=print) -> Path:
 def build(venv: Path, *, log=print) -> None:
     """Install the base image's Python layer into ``venv`` (made if missing), as its Dockerfile does,
     from the :func:`wheelhouse` (the stand-in base image installs the same files the same way:
-    docker/Dockerfile.ascend-standin)."""
+    docker/Dockerfile.ascend-standin): torch, the npu-base lock, then vLLM built from its sdist with the
+    empty target (``make npu-stack``; ``python -m npu_rl.envs.ascend_base build VENV``)."""
     files = wheelhouse(log=log)
     python = venv / "bin" / "python"
     if not python.is_file():
@@ -177,7 +160,16 @@ def build(venv: Path, *, log=print) -> None:
 
 
 def stand_in_pth() -> str:
-    """The stand-in's one ``.pth`` line (module docstring): site runs it in every interpreter start."""
+    """The stand-in's one ``.pth`` line: site runs it in every interpreter start (it is in the venv and
+    in the stand-in image's site-packages), so every process has it.
+
+    Without CANN, torch_npu's native library cannot load, and torch 2.5 loads every installed device
+    backend when it is imported (its ``torch.backends`` entry points): ``import torch`` itself fails, so
+    the line sets ``TORCH_DEVICE_BACKEND_AUTOLOAD=0``. transformers, vLLM and verl import torch_npu
+    whenever it is installed, so it also hides it (``sys.modules["torch_npu"] = None``: what a host
+    without torch_npu sees, so verl's device is the CPU) and leaves vllm-ascend's platform plugin out
+    (``VLLM_PLUGINS=""``). ``NPU_RL_STAND_IN_BOUNDARY=1`` leaves the last two off to show where the real
+    imports stop (tests/envs/test_npu_stack.py). A real base image loads torch_npu."""
     always = "".join(f"os.environ.setdefault({k!r}, {v!r}); " for k, v in ALWAYS_ENV.items())
     hiding = [f"os.environ.setdefault({k!r}, {v!r})" for k, v in HIDING_ENV.items()]
     hiding += [f"sys.modules.setdefault({m!r}, None)" for m in HIDDEN_MODULES]
@@ -210,7 +202,7 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     if argv == ["pip-check"]:
         # The image build's and the NPU stack test's check: every requirement of every installed
-        # package holds, but the one the stand-in cannot meet (module docstring).
+        # package holds, but the one the stand-in cannot meet (unexpected_pip_check).
         problems = pip_check()
         for line in problems:
             print(line, file=sys.stderr)

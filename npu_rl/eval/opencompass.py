@@ -1,23 +1,16 @@
 """The OpenCompass backend: the recipe's eight manual evaluation steps as code.
 
-1. the MATH test split becomes ``<data root>/data/math/math.json`` keyed
-   ``"{type}_{n}"`` (OpenCompass's MATHDataset reads ``problem`` and ``solution``;
-   ``COMPASS_DATA_CACHE=<data root>`` points it there instead of downloading);
-2. one ``HuggingFacewithChatTemplate`` model config per model, in a config dir
-   passed with ``--config-dir`` so nothing inside the OpenCompass install changes;
-3. ``opencompass --models ... --datasets math_gen_a58d9d`` runs in the eval image, or
-   in the eval environment of a checkout (``make eval-venv``: ``.venv-eval``, apart
-   from training's ``.venv`` because OpenCompass 0.5.4 needs ``datasets<4``);
-4. its summary CSV (``<work dir>/<time>/summary/summary_<time>.csv``) becomes our table.
-
-Checked against opencompass 0.5.4 running for real (tests/eval/test_opencompass.py):
-``opencompass/cli/main.py`` (flags, ``<work dir>/<time>/`` per run),
-``utils/run.py`` (``--config-dir`` models are found under ``<dir>/models``, datasets
-fall back to the package's own ``configs/datasets``), ``utils/datasets.py``
-(``opencompass/math`` -> ``$COMPASS_DATA_CACHE/data/math/``), ``runners/local.py``
-(``run_cfg.num_gpus`` must be 0 without accelerators; task params go to ``./tmp`` of
-the working directory; a failed task does not change the exit status) and
-``summarizers/default.py`` (the CSV).
+1. the MATH test split becomes ``<data root>/data/math/math.json`` keyed ``"{type}_{n}"`` (MATHDataset reads
+   ``problem`` and ``solution``; ``COMPASS_DATA_CACHE=<data root>`` points ``opencompass/math`` there instead
+   of downloading: ``utils/datasets.py``);
+2. one ``HuggingFacewithChatTemplate`` config per model in a ``--config-dir`` (``utils/run.py`` finds models
+   under ``<dir>/models``, datasets in the package's ``configs/datasets``): the install stays untouched;
+3. ``opencompass --models ... --datasets math_gen_a58d9d`` runs in the eval image or a checkout's ``.venv-eval``
+   (``make eval-venv``; apart from ``.venv`` because OpenCompass 0.5.4 needs ``datasets<4``). ``runners/local.py``:
+   ``run_cfg.num_gpus`` must be 0 without accelerators, task params go to ``./tmp`` of the working directory,
+   and a failed task does not change the exit status;
+4. its summary CSV (``<work dir>/<time>/summary/summary_<time>.csv``: ``cli/main.py``, ``summarizers/default.py``)
+   becomes our table. All checked against opencompass 0.5.4 running for real (tests/eval/test_opencompass.py).
 """
 
 from __future__ import annotations

@@ -56,7 +56,7 @@ def mismatches(found: dict[str, Any], pins: dict[str, Any] | None = None) -> lis
     out = []
     if found.get("python") != python:
         out.append(f"Python {found.get('python')}, the pins want {python} (common.python)")
-    dists = {canonicalize_name(k): v for k, v in (found.get("dists") or {}).items()}
+    dists: dict[str, Any] = {canonicalize_name(k): v for k, v in (found.get("dists") or {}).items()}
     for name, key, post in PINNED:
         pin = str(versions.get(key, pins))
         have = dists.get(name)

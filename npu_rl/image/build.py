@@ -108,6 +108,8 @@ def build_variant(
         files = {w.name: w for w in wheels} | ({CERT_NAME: cert} if cert else {})
         with serve_files(files) as url:
             if wheels:
+                if url is None:  # serve_files serves whenever it is given a file
+                    raise RuntimeError("wheels to serve, but no URL to serve them at")
                 log(f"wheels: {', '.join(w.name for w in wheels)} from this machine's pip find-links")
                 args["PIP_FIND_LINKS"] = url
                 args["TORCH_INDEX_URL"] = ""

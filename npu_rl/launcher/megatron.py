@@ -160,6 +160,8 @@ def verl_converter() -> Path:
 
 def converter_script(recipe: Recipe) -> Path:
     conv = recipe.prepare.weight_conversion
+    if conv is None:
+        raise UserError(f"recipe {recipe.name}: no prepare.weight_conversion, so no converter to run")
     return resolve(conv.converter_script) if conv.converter_script else verl_converter()
 
 

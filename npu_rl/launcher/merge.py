@@ -19,8 +19,8 @@ def merge(recipe: Recipe, step: int | None = None) -> Path:
         if step is None:
             print(f"npu-rl: skipping damaged global_step_{skipped}: {problem}", flush=True)
     if step is not None and step not in steps:
-        problem = dict(run_files.checkpoints(recipe)).get(step)
-        why = f"global_step_{step} is incomplete ({problem})" if problem else "no checkpoint"
+        damage = dict(run_files.checkpoints(recipe)).get(step)
+        why = f"global_step_{step} is incomplete ({damage})" if damage else "no checkpoint"
         raise UserError(f"--step {step}: {why}; complete steps: {', '.join(map(str, steps)) or 'none'}")
     if not steps:
         raise UserError(f"no complete checkpoint under {run_files.checkpoint_root(recipe)} (train first)")

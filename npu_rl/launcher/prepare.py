@@ -12,6 +12,7 @@ import shlex
 import shutil
 import subprocess
 import sys
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -112,6 +113,7 @@ def data_source(recipe: Recipe, source: Path | None) -> Path | None:
 
 
 def prepare_data(recipe: Recipe, source: Path | None = None) -> None:
+    convert: Callable[[Path, Path | None, str], dict[str, int]]
     if recipe.data.format == "deepscaler":
         from ..data.deepscaler import prepare as convert
     else:

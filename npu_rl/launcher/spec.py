@@ -1,23 +1,17 @@
 """The launch of one run, built once: everything else (dry-run, preflight, rehearsal, run) reads it.
 
-A :class:`LaunchSpec` holds verl's config name, the exact argv of
-``python -m verl.trainer.main_ppo``, the environment of that driver process and
-the environment every Ray worker of the run must have. Nothing downstream
-rebuilds overrides or edits the environment: the preflight composes
-``spec.argv`` itself with verl's hydra config (:func:`hydra_args`), and the run
-executes it.
+A :class:`LaunchSpec` holds verl's config name, the exact argv of ``python -m verl.trainer.main_ppo``,
+the environment of that driver process and the environment every Ray worker of the run must have.
+Nothing downstream rebuilds overrides or edits the environment: the preflight composes ``spec.argv``
+itself with verl's hydra config (:func:`hydra_args`), and the run executes it.
 
-Why the worker environment is inside the argv: on a cluster brought up with
-``npu-rl ray head|worker`` (Volcano, KubeRay, bare metal) the raylets start
-before the driver exists, so the driver's environment never reaches the
-workers they spawn. verl's ``run_ppo`` passes ``ray_kwargs.ray_init`` to
-``ray.init`` and merges ``ray_kwargs.ray_init.runtime_env`` into its default
-runtime env (verl 0.6.1 ``verl/trainer/main_ppo.py`` ``run_ppo``); Ray applies a
-job's ``runtime_env.env_vars`` to every worker process of the job on every node,
-and merges them into each actor's own ``runtime_env`` (verl's worker groups set
-``RANK``/``WORLD_SIZE`` there). So ``+ray_kwargs.ray_init.runtime_env.env_vars.K=V``
-overrides carry the patch selection (``NPU_RL_PATCHES``, the boot ``PYTHONPATH``)
-and the recipe's variables to every worker, whatever started its raylet.
+Why the worker environment is inside the argv: on a cluster brought up with ``npu-rl ray head|worker`` the
+raylets start before the driver exists, so the driver's environment never reaches the workers they spawn.
+verl's ``run_ppo`` passes ``ray_kwargs.ray_init`` to ``ray.init`` and merges its ``runtime_env`` into its
+default one (verl 0.6.1 ``verl/trainer/main_ppo.py`` ``run_ppo``); Ray applies a job's ``runtime_env.env_vars``
+to every worker process of the job on every node, merged into each actor's own ``runtime_env`` (verl's worker
+groups set ``RANK``/``WORLD_SIZE`` there). So ``+ray_kwargs.ray_init.runtime_env.env_vars.K=V`` overrides
+carry the patch selection (``NPU_RL_PATCHES``, the boot ``PYTHONPATH``) and the recipe's variables to every worker.
 """
 
 from __future__ import annotations

@@ -105,7 +105,8 @@ def run_training(recipe: Recipe, *, ray_port: int | None = None) -> TrainResult:
     else:
         res = recipe.resources
         # CPU workers take worker slots registered under the NPU resource (npu_rl.patches.cpu_platform).
-        npus, device_env = res.devices_per_node, {}
+        npus = res.devices_per_node
+        device_env: dict[str, str] = {}
         if res.platform != "cpu":
             npus, device_env = _select_npus(res.devices_per_node)
         # Ray's CPU count is logical: verl needs one slot per worker plus its TaskRunner.

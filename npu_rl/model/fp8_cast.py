@@ -1,20 +1,17 @@
 """FP8 -> BF16 cast of a DeepSeek-V3/R1 HF checkpoint, on the CPU (no CUDA, no triton).
 
-DeepSeek publishes V3/R1 with its linear weights in float8_e4m3fn, each ``<name>.weight``
-next to a float32 ``<name>.weight_scale_inv`` that holds one factor per 128 x 128 block
-(shape ``(ceil(rows / 128), ceil(cols / 128))``; the last row/column of blocks is partial).
-Dequantising is ``bf16(float32(weight) * scale[block])`` (the block size is config.json's
-``quantization_config.weight_block_size``, [128, 128] for V3/R1). DeepSeek's own
-``inference/fp8_cast_bf16.py`` does this with a triton kernel on ``cuda``, which an Ascend
-host has neither of; this one uses torch on the CPU, one shard at a time:
+DeepSeek publishes V3/R1 with its linear weights in float8_e4m3fn, each ``<name>.weight`` next to a float32
+``<name>.weight_scale_inv`` holding one factor per 128 x 128 block (shape ``(ceil(rows / 128), ceil(cols / 128))``;
+the last row/column of blocks is partial). Dequantising is ``bf16(float32(weight) * scale[block])`` (block size:
+config.json's ``quantization_config.weight_block_size``). DeepSeek's ``inference/fp8_cast_bf16.py`` does this
+with a triton kernel on ``cuda``, which an Ascend host has neither of; this uses torch on the CPU, shard by shard:
 
-* memory stays near one output shard (tensors are read lazily with safetensors' mmap; a
-  scale stored in another shard is read from there through the index);
-* each shard is written to a temporary name and renamed, so a shard under its final
-  name is complete and a rerun skips it (resumable);
-* the ``*.weight_scale_inv`` tensors are dropped, ``model.safetensors.index.json`` is
-  rewritten for what is left, and config.json loses ``quantization_config``; the other
-  side files (tokenizer, remote code) are copied so the output loads as a model.
+* memory stays near one output shard (tensors are read lazily with safetensors' mmap; a scale stored
+  in another shard is read from there through the index);
+* each shard is written to a temporary name and renamed, so a shard under its final name is complete
+  and a rerun skips it (resumable);
+* the ``*.weight_scale_inv`` tensors are dropped, the index is rewritten for what is left, config.json
+  loses ``quantization_config``, and the side files (tokenizer, remote code) are copied.
 """
 
 from __future__ import annotations
@@ -23,6 +20,7 @@ import json
 import os
 import shutil
 from pathlib import Path
+from typing import Any
 
 from ..errors import UserError
 
@@ -97,7 +95,8 @@ class _Shards:
     """Lazily opened safetensors files of the source checkpoint (mmap: nothing is read until asked)."""
 
     def __init__(self, src: Path):
-        self.src, self._open = src, {}
+        self.src = src
+        self._open: dict[str, Any] = {}  # shard file name -> safetensors safe_open handle
 
     def get(self, shard: str, name: str):
         from safetensors import safe_open

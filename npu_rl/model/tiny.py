@@ -40,8 +40,8 @@ def train_tokenizer(texts: Iterable[str], vocab_size: int = 1024):
         # Qwen2 takes no token_type_ids; generate() rejects unused inputs.
         model_input_names=["input_ids", "attention_mask"],
     )
-    fast.add_tokens(TAG_TOKENS)
-    fast.padding_side = "left"
+    fast.add_tokens(TAG_TOKENS)  # type: ignore[attr-defined]  # lazy export typed as its dummy
+    fast.padding_side = "left"  # type: ignore[attr-defined]  # lazy export typed as its dummy
     return fast
 
 

@@ -1,23 +1,17 @@
 """A short supervised warm start for the tiny CPU model, from a fallible teacher.
 
-The NPU recipes start GRPO from an Instruct model that already answers in the
-expected layout and is sometimes right; a randomly initialised model is never
-right, every group gets the same reward, GRPO's advantages are all zero and no
-update happens. Teacher forcing on the sample's worked answers gives the tiny
-model that starting point in about half a minute on 2 cores.
+The NPU recipes start GRPO from an Instruct model that already answers in the expected layout and is
+sometimes right; a randomly initialised model is never right, every group gets the same reward, GRPO's
+advantages are all zero and no update happens. Teacher forcing on the sample's answers gives that start.
 
-The teacher is fallible in two ways, each drawn afresh every time an example is
-used: with probability ``sign_error`` it gets the answer's sign wrong, and with
-probability ``format_error`` it states the answer in a sentence instead of the
-``\\boxed{}`` the prompt asks for (which the reward cannot grade as right). The
-warmed-up model therefore copies the right number and mostly boxes it, but picks
-its sign by a coin flip: about half of its boxed answers are right, on training
-and held-out problems alike. Nothing but the reward tells the right sign from
-the wrong one, so a held-out gain among boxed answers after GRPO is the reward's
-doing; with an infallible teacher there would be nothing left for RL to learn.
-The format is left mostly learnt (``FORMAT_ERROR``) so that the demo's gain is
-in the answers, not in the box: with the teacher leaving 60% unboxed, the base
-model's greedy answers were never boxed and most of the demo's gain was format.
+The teacher is fallible in two ways, each drawn afresh every time an example is used: with
+probability ``sign_error`` it gets the answer's sign wrong, and with probability ``format_error``
+it states the answer in a sentence instead of the ``\\boxed{}`` the prompt asks for. The warmed-up
+model copies the right number and mostly boxes it, but picks its sign by a coin flip, on training
+and held-out problems alike. Nothing but the reward tells the right sign from the wrong one, so a
+held-out gain among boxed answers after GRPO is the reward's doing; with an infallible teacher
+there would be nothing left for RL to learn. The format is left mostly learnt (``FORMAT_ERROR``)
+so that the demo's gain is in the answers, not in the box (docs/demo.md, "Why these settings").
 """
 
 from __future__ import annotations

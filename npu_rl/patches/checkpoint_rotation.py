@@ -1,27 +1,17 @@
 """A run keeps ``max_actor_ckpt_to_keep`` complete checkpoints even when it stops during a save.
 
 verl 0.6.1 rotates checkpoints in each worker's checkpoint manager *before* it writes the new one
-(``verl/utils/checkpoint/fsdp_checkpoint_manager.py:204-214``, rank 0;
-``megatron_checkpoint_manager.py:379-388``): with ``max_actor_ckpt_to_keep: 2`` the save of step 3
-deletes step 1 first, so a SIGTERM, a lost node or a crash during that save leaves one complete
-checkpoint, and with ``1`` none at all. Seen in CI: the pipeline test stopped a run during step 3's
-save and found only step 2.
+(``verl/utils/checkpoint/fsdp_checkpoint_manager.py:204-214``, rank 0; ``megatron_checkpoint_manager.py:379-388``):
+with ``max_actor_ckpt_to_keep: 2`` the save of step 3 deletes step 1 first, so a SIGTERM, a lost node or a
+crash during that save leaves one complete checkpoint, and with ``1`` none at all.
 
-This patch moves the rotation to after the step is complete: the workers' managers save without
-rotating, and ``RayPPOTrainer._save_checkpoint`` (the TaskRunner) removes the older step directories
-once it has written ``data.pt`` and ``latest_checkpointed_iteration.txt``, the last file of a save
-(``verl/trainer/ppo/ray_trainer.py:777-835``). It removes whole ``global_step_N`` directories, where
-verl removed only ``actor/`` and left ``data.pt`` behind. The price is one checkpoint more on disk
-while a save runs, which is what the limit's "complete checkpoints" means.
-
-The TaskRunner writes ``data.pt`` and the marker into the checkpoint directory already, so it sees the
-directory every rank writes to (the launcher refuses a run whose nodes do not share it). Every run
-installs the patch, so a limit set through ``verl_overrides`` rotates the same way. It needs
-synchronous saves: with Megatron's ``async_save`` the save returns before its shards are written, so
-a recipe with both is refused (npu_rl.recipe.schema). ``max_critic_ckpt_to_keep`` has no effect of its
-own: whole step directories go by the actor's limit (GRPO trains no critic).
-
-Importing this module does not import verl, torch or ray.
+Here the workers' managers save without rotating, and ``RayPPOTrainer._save_checkpoint`` (the TaskRunner, which
+sees the directory every rank writes to) removes whole older ``global_step_N`` directories (verl left their
+``data.pt``) once it has written ``data.pt`` and ``latest_checkpointed_iteration.txt``, the last file of a save
+(``verl/trainer/ppo/ray_trainer.py:777-835``), at the price of one checkpoint more on disk during a save. Every
+run installs it, so a limit set through ``verl_overrides`` rotates the same way. Megatron's ``async_save``
+returns before its shards are written, so a recipe with it is refused (npu_rl.recipe.schema). Step directories
+go by the actor's limit (GRPO trains no critic). Importing this module does not import verl, torch or ray.
 """
 
 from __future__ import annotations

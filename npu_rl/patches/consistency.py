@@ -1,32 +1,17 @@
-"""The train/rollout consistency gate: at a run's first step (and every ``every`` steps) the old_log_prob
-pass runs although the recipe skips it, and the trainer's log-probs of the sampled tokens are compared
-with the rollout's own; too far apart, the run stops before the optimizer step.
+"""The train/rollout consistency gate: at a run's first step (and every ``every`` steps) the skipped old_log_prob
+pass runs, and the trainer's log-probs of the sampled tokens are compared with the rollout's own; too far
+apart, the run stops before the optimizer step.
 
-A weight sync that goes wrong (vllm-ascend #5747: garbled first step after NZ-format weights; a reshard
-that misplaces a shard) makes the rollout sample from a policy other than the one being trained, and
-nothing fails: the update just learns from the wrong samples. verl measures the gap when both log-probs
-are in the batch (``verl/utils/debug/metrics.py`` ``calculate_debug_metrics``:
-``training/rollout_probs_diff_mean``, the mean |p_trainer - p_rollout| over response tokens), but only
-when its old_log_prob pass runs, which is exactly the pass the recipes skip
-(:mod:`npu_rl.patches.old_log_prob`). The gate runs it where the recipe says, measures with verl's own
-function (so the metric is verl's, logged by verl at those steps), and stops above
-``max_probs_diff_mean``.
-
-The rollout returns its log-probs with ``actor_rollout_ref.rollout.calculate_log_probs=True``
-(verl 0.6.1 ``vllm_rollout_spmd.py`` 399-444). vLLM 0.9.1 computes them from the raw logits, before
-temperature (``vllm/v1/sample/sampler.py`` ``Sampler.forward``, lines 31-39), while verl's pass divides
-the logits by the rollout temperature (``fsdp_workers.py`` / ``megatron_workers.py``
-``ActorRolloutRefWorker.compute_log_prob`` read ``config.rollout.temperature``): compared as they are,
-a healthy run below temperature 1 shows a gap that grows with the policy's uncertainty (0.11 on the
-barely warmed-up CPU model at 0.7, against 0.004 on the demo's). So the gate's pass runs at the
-rollout's temperature for log-probs, 1 (the workers' ``compute_log_prob`` honours
-``meta_info[TEMPERATURE]``), and the comparison is like for like. With the skip on, the update uses its
-own log-probs, so the pass's temperature changes nothing in training. On the other steps the skip
-stands, and the rollout's log-probs are dropped from the batch so that verl does not compare them with
-the skip's NaN placeholders.
-
-The verdict of every gated step goes to ``NPU_RL_CONSISTENCY_FILE`` (JSON); a failed gate raises in the
-TaskRunner, and ``npu-rl train`` turns that file into one ``npu-rl: error:`` line and ``Exit.INCONSISTENT``.
+A weight sync that goes wrong (vllm-ascend #5747: garbled first step after NZ-format weights; a reshard that
+misplaces a shard) makes the rollout sample from another policy than the one trained, and nothing fails: the
+update just learns from the wrong samples. verl measures the gap (``verl/utils/debug/metrics.py``
+``calculate_debug_metrics``: ``training/rollout_probs_diff_mean``, the mean |p_trainer - p_rollout| over
+response tokens) only when its old_log_prob pass runs, the pass the recipes skip (:mod:`npu_rl.patches.old_log_prob`).
+The gate runs it where the recipe says, at the rollout's temperature for log-probs (:func:`_at_requested_temperature`),
+with the rollout's log-probs (``calculate_log_probs=True``, verl 0.6.1 ``vllm_rollout_spmd.py`` 399-444),
+measures with verl's function and stops above ``max_probs_diff_mean``; on other steps it drops the rollout's
+log-probs so verl does not compare them with the skip's NaN placeholders. Each verdict goes to
+``NPU_RL_CONSISTENCY_FILE`` (JSON); a failed gate raises in the TaskRunner: ``Exit.INCONSISTENT``.
 """
 
 from __future__ import annotations
@@ -178,7 +163,15 @@ def patch_ray_trainer(original_init):
 
 
 def _at_requested_temperature(compute_log_prob):
-    """A worker's ``compute_log_prob`` that divides by ``meta_info[TEMPERATURE]`` when the batch asks."""
+    """A worker's ``compute_log_prob`` that divides by ``meta_info[TEMPERATURE]`` when the batch asks.
+
+    vLLM 0.9.1 computes the rollout's log-probs from the raw logits, before temperature
+    (``vllm/v1/sample/sampler.py`` ``Sampler.forward``, lines 31-39), while verl's pass divides the logits by
+    the rollout temperature (``fsdp_workers.py`` / ``megatron_workers.py``
+    ``ActorRolloutRefWorker.compute_log_prob`` read ``config.rollout.temperature``): compared as they are, a
+    healthy run below temperature 1 shows a gap that grows with the policy's uncertainty. So the gate's pass
+    asks for the rollout's temperature for log-probs, 1, and the comparison is like for like. With the skip
+    on, the update uses its own log-probs, so the pass's temperature changes nothing in training."""
 
     @functools.wraps(compute_log_prob)  # keeps verl's @register dispatch attributes
     def wrapped(self, data):

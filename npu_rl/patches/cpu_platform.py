@@ -1,33 +1,23 @@
-"""CPU platform for verl 0.6.1: run the real GRPO trainer with no accelerator.
+"""CPU platform for verl 0.6.1: the real GRPO trainer on CPU processes with gloo (NPU runs never install it).
 
-verl assumes an accelerator in a handful of places. Each fix below is the
-smallest change that lets the same trainer code run on CPU processes with gloo;
-NPU runs never install this patch. What blocks verl 0.6.1 on CPU:
+Each fix is the smallest change past a place where verl assumes an accelerator, applied when its module is
+imported: installing the patch imports neither torch nor verl, so a reward worker does not pay for them.
 
-* ``torch.cpu`` lacks the RNG / cache / memory calls verl makes through
-  ``get_torch_device()``  -> CPU equivalents are added to ``torch.cpu``.
-* the worker process group is ``"cpu:gloo,cpu:<nccl>"`` -> one gloo backend.
-* ``RayResourcePool`` asks Ray for a ``cpu`` device resource per worker, which no
-  node has -> each CPU worker takes one slot of ``WORKER_SLOT``, the resource every
-  node started by npu-rl registers for its ``--devices`` (``NPU``). So workers spread
-  over nodes exactly as NPU workers do, and verl's own resource check counts them.
-* FSDP1 is given ``device_id``/``sync_module_states`` meant for accelerators.
-* FSDP2's ``CPUOffloadPolicy(pin_memory=True)`` needs pinned (accelerator) memory.
-* rollout ``hf`` is not registered -> :mod:`npu_rl.patches.cpu_rollout`.
-* ``topk_reduce_ratio_min_max`` all-gathers a 0-d tensor into shape-(1,)
-  buffers, which gloo rejects.
-* ``aggressive_empty_cache`` runs a full ``gc.collect()`` on any device
-  ``get_torch_device()`` says is available, ``torch.cpu`` included, at three mode
-  switches of every step -> nothing to free on a CPU, so it does nothing there.
-
-Installing the patch imports neither torch nor verl: every fix is applied when its
-module is imported, so a process of the run that never uses torch (a reward worker)
-does not pay for it.
+* ``torch.cpu`` lacks the RNG / cache / memory calls verl makes through ``get_torch_device()`` -> added;
+  the worker process group is ``"cpu:gloo,cpu:<nccl>"`` -> one gloo backend.
+* ``RayResourcePool`` asks Ray for a ``cpu`` resource per worker, which no node has -> each takes one
+  ``WORKER_SLOT`` (``NPU``, what every npu-rl node registers for its ``--devices``): workers spread over
+  nodes as NPU workers do, and verl's own resource check counts them.
+* FSDP1's ``device_id``/``sync_module_states`` and FSDP2's ``CPUOffloadPolicy(pin_memory=True)`` assume an
+  accelerator; rollout ``hf`` is unregistered (:mod:`npu_rl.patches.cpu_rollout`); ``topk_reduce_ratio_min_max``
+  all-gathers a 0-d tensor into shape-(1,) buffers, which gloo rejects; ``aggressive_empty_cache`` runs a
+  full ``gc.collect()`` at three mode switches of every step, with nothing to free on a CPU -> a no-op.
 """
 
 from __future__ import annotations
 
 import functools
+from typing import Any
 
 from .guard import FSDP_WORKERS, RAY_BASE, RAY_TRAINER, Patch
 
@@ -115,7 +105,7 @@ def _patch_resource_pool(original):
 
 @PATCH.applies_to(FSDP_WORKERS)
 def _patch_fsdp_workers(mod) -> None:
-    base_fsdp = mod.FSDP
+    base_fsdp: Any = mod.FSDP  # torch's FSDP class, as verl's fsdp_workers imports it
 
     class CPUFSDP(base_fsdp):
         """FSDP1 without the accelerator-only arguments."""

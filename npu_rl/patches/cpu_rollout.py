@@ -1,24 +1,17 @@
 """The CPU rollout engine: HF ``generate`` on a separate inference copy of the policy.
 
-It plays the part vLLM plays on NPU: verl's hybrid engine pushes the trained
-weights into it every step (``update_weights``) and it generates the responses.
-Generation itself is verl's own ``HFRollout`` code, whose constructor predates
-verl 0.6.1's rollout interface (``resume``/``update_weights``/``release``).
+It plays vLLM's part on NPU: verl's hybrid engine pushes the trained weights into it every step, and it generates
+with verl's own ``HFRollout`` code, whose constructor predates verl 0.6.1's rollout interface (``update_weights``).
 
-With ``actor_rollout_ref.rollout.calculate_log_probs`` it also returns its own
-log-probs of the sampled tokens (``rollout_log_probs``), as vLLM 0.9.1 reports them:
-from the inference copy's raw logits, before temperature
-(``vllm/v1/sample/sampler.py`` ``Sampler.forward``, lines 31-39), in the precision it
-generated in.
+With ``actor_rollout_ref.rollout.calculate_log_probs`` it also returns its own log-probs of the sampled
+tokens (``rollout_log_probs``), as vLLM 0.9.1 reports them: from the inference copy's raw logits, before
+temperature (``vllm/v1/sample/sampler.py`` ``Sampler.forward``, lines 31-39), in the precision it generated in.
 
-It generates in ``actor_rollout_ref.rollout.dtype`` (the recipe's ``model.dtype``).
-verl's ``HFRollout`` hard-codes bfloat16 autocast (verl 0.6.1
-``workers/rollout/hf_rollout.py:111``, fingerprinted by the cpu patch), which on a CPU
-without bfloat16 arithmetic torch emulates, several times slower than float32.
-
-``NPU_RL_DRILL=rollout_weights`` is a drill for the consistency gate
-(:mod:`npu_rl.patches.consistency`): every weight sync lands with noise, as a broken
-sync would, so a run with the gate must stop at its first step.
+It generates in ``actor_rollout_ref.rollout.dtype`` (the recipe's ``model.dtype``) where verl's ``HFRollout``
+hard-codes bfloat16 autocast (verl 0.6.1 ``workers/rollout/hf_rollout.py:111``, fingerprinted by the cpu
+patch), which torch emulates, slowly, on a CPU without bfloat16 arithmetic (docs/demo.md).
+``NPU_RL_DRILL=rollout_weights`` lands every weight sync with noise, as a broken sync would: a drill that the
+consistency gate (:mod:`npu_rl.patches.consistency`) must stop at step 1.
 """
 
 from __future__ import annotations
@@ -67,7 +60,7 @@ def _hf_rollout_autocast(dtype: torch.dtype):
         return
     proxy = types.ModuleType("torch")
     proxy.__dict__.update(torch.__dict__)
-    proxy.autocast = lambda *args, **kwargs: autocast_in(dtype)
+    proxy.autocast = lambda *args, **kwargs: autocast_in(dtype)  # type: ignore[attr-defined]  # a copy of torch
     hf_rollout.torch = proxy
     try:
         yield

@@ -88,6 +88,8 @@ def static_source(path: Path, qualname: str) -> str:
         if node is None:
             raise PatchVersionError(f"{qualname} not found in {path}")
         nodes = [node]
+    if node is None:  # not reached: split() gives at least one part, and a missing one raised above
+        raise PatchVersionError(f"{qualname} not found in {path}")
     return ast.get_source_segment(src, node, padded=True) or ""
 
 

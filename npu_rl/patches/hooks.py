@@ -39,7 +39,7 @@ class _PostImportFinder(importlib.abc.MetaPathFinder):
             _orig(module)
             _run(_name, module)
 
-        loader.exec_module = exec_module
+        loader.exec_module = exec_module  # type: ignore[method-assign]  # wrap this one loader instance
         return spec
 
 

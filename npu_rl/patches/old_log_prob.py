@@ -1,24 +1,17 @@
 """Skip verl 0.6.1's old_log_prob forward pass on-policy (``recompute_old_log_prob=False``).
 
-With one optimizer update per step (``ppo_epochs == 1``, mini-batch == batch) the
-parameters are unchanged when the update's own forward runs, so the ``old_log_prob``
-that verl recomputes with a full forward pass equals the update's ``log_prob``. The
-Ascend recipes replace it by ``log_prob.detach()`` behind
-``actor_rollout_ref.actor.recompute_old_log_prob=False``; stock verl 0.6.1 always runs
-the pass (verl issue #3996). This patch honours the key:
+With one optimizer update per step (``ppo_epochs == 1``, mini-batch == batch) the parameters are unchanged
+when the update's own forward runs, so the ``old_log_prob`` that verl recomputes with a full forward pass
+equals the update's ``log_prob``. The Ascend recipes replace it by ``log_prob.detach()`` behind
+``actor_rollout_ref.actor.recompute_old_log_prob=False``; stock verl 0.6.1 always runs the pass (verl
+issue #3996). Importing this module imports neither verl nor torch (it is installed in every process).
 
-* config: verl's actor dataclasses reject unknown keys, so the launcher points the
-  actor's ``_target_`` at the subclasses below, which add the field
-  (:func:`hydra_overrides`);
-* driver: :func:`check_config` refuses any configuration where the shortcut is not
-  exact; the trainer's ``compute_log_prob`` call is replaced by NaN placeholders (the
-  trainer requires the keys; NaN makes any stray use loud) and its timer is dropped;
-* workers (FSDP and Megatron): the policy loss gets ``log_prob.detach()`` as
-  ``old_log_prob``, a second update in one step is an error, and the update's forward
-  also yields the per-token entropy that verl used to log from the skipped pass; the
-  driver aggregates it over the whole batch exactly as verl did (``actor/entropy``).
-
-Importing this module does not import verl or torch (it is installed in every process).
+* config: verl's actor dataclasses reject unknown keys; :func:`hydra_overrides` targets subclasses with the field;
+* driver: :func:`check_config` refuses any configuration where the shortcut is not exact; the trainer's
+  ``compute_log_prob`` becomes NaN placeholders (the keys are required; NaN makes any stray use loud);
+* workers (FSDP and Megatron): the policy loss gets ``log_prob.detach()`` as ``old_log_prob``, a second
+  update in one step is an error, and the update's forward yields the per-token entropy verl logs from the
+  skipped pass, aggregated over the whole batch as verl does (``actor/entropy``).
 """
 
 from __future__ import annotations
@@ -259,7 +252,7 @@ def _tap_metrics(tap: list[tuple[Any, Any]]) -> dict:
     return {ENTROPY_KEY: torch.cat([e for e, _ in tap]), MASK_KEY: torch.cat([m for _, m in tap])}
 
 
-def _patch_actor(module: Any, cls: type, skipping_update) -> None:
+def _patch_actor(module: Any, cls: Any, skipping_update) -> None:
     """Both actors: on-policy losses, and ``update_policy`` replaced by ``skipping_update(self, data,
     verl's update_policy)`` when the actor skips the old_log_prob pass."""
     module.get_policy_loss_fn = _on_policy_loss_getter(module.get_policy_loss_fn)
@@ -282,7 +275,8 @@ def patch_dp_actor(module: Any) -> None:
     def update_policy(self, data, original_update):
         updates = len(data.split(self.config.ppo_mini_batch_size)) * self.config.ppo_epochs
         _require_one_update(updates, f"{updates} optimizer updates on one step's batch")
-        self._npu_rl_entropy_tap = tap = []
+        tap: list[tuple[Any, Any]] = []
+        self._npu_rl_entropy_tap = tap
         try:
             metrics = original_update(self, data)
         finally:

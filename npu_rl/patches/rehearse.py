@@ -1,24 +1,17 @@
 """Rehearsal of a launch: verl's real ``main_ppo`` up to the point where devices would be allocated.
 
-Installed only by ``npu-rl train --rehearse``. The run goes through verl's own
-entry point with the launch's exact argv: hydra composition, ``run_ppo``'s
-``ray.init`` with the launch's runtime_env (a local Ray, no accelerator), the
-TaskRunner actor (which must receive the patches through that runtime_env),
-``validate_config``, tokenizer, reward manager and dataset loading, and the
-``RayPPOTrainer`` construction. It stops at the first step of
-``RayPPOTrainer.init_workers``, ``ResourcePoolManager.create_resource_pool``, where
-verl would reserve placement groups on the accelerators. There, instead:
+Installed only by ``npu-rl train --rehearse``. The run goes through verl's own entry point with the launch's exact
+argv: hydra composition, ``run_ppo``'s ``ray.init`` with the launch's runtime_env (a local Ray, no accelerator), the
+TaskRunner actor (which must receive the patches through that runtime_env), ``validate_config``, tokenizer, reward
+manager and dataset loading, and the ``RayPPOTrainer`` construction, up to ``RayPPOTrainer.init_workers``'s first
+step, ``ResourcePoolManager.create_resource_pool``, where verl would reserve placement groups on the accelerators.
 
-* the placement groups verl would ask Ray for are recorded (verl's own
-  ``RayResourcePool.get_placement_groups`` with Ray's ``placement_group``
-  replaced by a recorder) and packed onto the nodes the launch's cluster
-  registers (``NPU_RL_REHEARSE_NODES``: what ``npu-rl ray head|worker`` give
-  ``ray start``), with the strategy verl's worker groups use;
-* the worker config dataclasses the workers build first are built
-  (``omega_conf_to_dataclass`` of actor, rollout, ref and ``HFModelConfig``).
-
-The findings go to ``NPU_RL_REHEARSE_REPORT`` (JSON) and :class:`RehearsalComplete`
-ends the TaskRunner; the launcher reads the report, not the exit code.
+There, instead, it records the placement groups verl would ask Ray for (verl's ``RayResourcePool.get_placement_groups``
+with Ray's ``placement_group`` replaced by a recorder), packs them, with the strategy verl's worker groups use, onto
+the nodes the launch's cluster registers (``NPU_RL_REHEARSE_NODES``: what ``npu-rl ray head|worker`` give
+``ray start``), and builds the worker config dataclasses the workers build first (``omega_conf_to_dataclass`` of
+actor, rollout, ref and ``HFModelConfig``). The findings go to ``NPU_RL_REHEARSE_REPORT`` (JSON) and
+:class:`RehearsalComplete` ends the TaskRunner; the launcher reads the report, not the exit code.
 """
 
 from __future__ import annotations
@@ -72,6 +65,8 @@ def patch_ray_trainer(module: Any) -> None:
 
     def create_resource_pool(self):
         trainer = _seen.get("trainer")
+        if trainer is None:  # verl constructs the trainer before init_workers builds its pools
+            raise RuntimeError("npu-rl rehearse: resource pools built before RayPPOTrainer was constructed")
         checked = _constructed(trainer)
         plan = _placement_plan(self, build_pools, trainer)
         checked.append(f"placement: {plan['summary']}")
@@ -130,7 +125,7 @@ def _placement_plan(manager: Any, build_pools, trainer: Any) -> dict:
 
     import ray
 
-    base = importlib.import_module(RAY_BASE)
+    base: Any = importlib.import_module(RAY_BASE)  # verl's module; placement_group is swapped below
     requested: list[dict] = []
 
     class _Recorded:
@@ -158,7 +153,7 @@ def _placement_plan(manager: Any, build_pools, trainer: Any) -> dict:
 def pack(requested: list[dict], nodes: list[dict]) -> dict:
     """First-fit of each STRICT_PACK group onto one node; CPU is not counted (nodes report their own)."""
     free = [{k: float(v) for k, v in n.items()} for n in nodes]
-    placed = []
+    placed: list[int] = []
     for i, pg in enumerate(requested):
         need: dict[str, float] = {}
         for b in pg["bundles"]:

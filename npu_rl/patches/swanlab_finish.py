@@ -4,9 +4,7 @@ verl 0.6.1 ends a SwanLab run only in ``Tracking.__del__`` (verl/utils/tracking.
 SwanLab's own end-of-run hook is an ``atexit`` one. Neither runs in verl's TaskRunner: when ``fit``
 has returned, the driver lets go of the actor and Ray force-exits its process (the core worker logs
 "Force exit the process ... all references to the actor were removed"), while the tracker that
-``RayPPOTrainer.fit`` created (verl/trainer/ppo/ray_trainer.py:967) has not been collected. A 4-step
-run of the CPU recipe left its experiment at status 0 (running) with no finish time in SwanLab's
-``runs.swanlab``.
+``RayPPOTrainer.fit`` created (verl/trainer/ppo/ray_trainer.py:967) has not been collected.
 
 This patch closes the trackers a ``fit`` opened as that ``fit`` returns or raises, through verl's own
 closing code (``Tracking.__del__``: each backend's finish, SwanLab's among them) and only once: the

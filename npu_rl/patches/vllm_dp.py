@@ -1,41 +1,17 @@
 """Rollout expert and data parallelism for verl 0.6.1's synchronous vLLM rollout (vllm-ascend 0.9.1).
 
-What upstream does: cann-recipes-train replaces verl's ``vLLMRollout.__init__``
-(``llm_rl/deepseek/verl_patches/workers/vllm_rollout/vllm_rollout_spmd.py``) so that
-every TP=2 vLLM engine is one data-parallel rank of a MoE engine whose experts are
-spread over TP x DP ranks: ``enable_expert_parallel=True``, ``VLLM_DP_SIZE`` from the
-environment with per-rank ``VLLM_DP_RANK`` / master address / port
-(``verl_patches/workers/vllm_rollout/vllm_parallel_state.py``), and a torchair graph /
-Ascend scheduler ``additional_config``.
-
-How it reaches vLLM here, without replacing verl's constructor:
-
-* ``enable_expert_parallel`` and ``additional_config`` are plain vLLM engine arguments;
-  verl 0.6.1's ``vLLMRollout.__init__`` passes ``rollout.engine_kwargs.vllm`` to
-  ``LLM(**engine_kwargs)`` unchanged, so the launcher emits them as hydra overrides
-  (:func:`npu_rl.launcher.megatron.megatron_overrides`). This patch only turns OmegaConf
-  nodes in them into plain containers (vLLM hashes and copies its config).
-* The data-parallel size is not passed as an engine argument: a ``data_parallel_size`` above 1
-  there makes vLLM treat the engine as its own DP launcher (it picks a fresh master port,
-  ``vllm/config.py`` 1885-1887 at v0.9.1). With the default of 1, vLLM's own
-  ``ParallelConfig.__post_init__`` falls back to the environment, the offline SPMD case:
-  ``VLLM_DP_SIZE``, ``VLLM_DP_RANK``, ``VLLM_DP_RANK_LOCAL``, ``VLLM_DP_MASTER_IP`` and
-  ``VLLM_DP_MASTER_PORT`` (``vllm/config.py`` 1888-1894 at v0.9.1). vllm-ascend 0.9.1 replaces
-  that ``__post_init__`` only when ``VLLM_ASCEND_EXTERNAL_DP_LB_ENABLED`` is set
-  (``vllm_ascend/patch/platform/patch_0_9_1/patch_configs.py`` 76-77, ``vllm_ascend/envs.py``
-  169-171), which npu-rl never sets, so vLLM's fallback is the mechanism that applies.
-  The launcher sets ``VLLM_DP_SIZE`` for every worker; this patch derives the per-rank
-  variables right before verl builds the engine (:func:`dp_coords`, :func:`dp_env`), and
-  ``tests/envs/test_npu_stack.py`` checks them against vLLM 0.9.1's own ``ParallelConfig``.
-
-verl must keep its own ``rollout.data_parallel_size`` / ``expert_parallel_size`` at 1:
-its megatron worker builds the rollout mesh with ``infer_tp = TP * data_parallel_size``
-(verl 0.6.1 ``megatron_workers.py`` ``_build_rollout``), so a verl-side DP of 128 makes
-one 256-rank "TP group" that receives the whole batch on every rank. With 1, the batch
-is split over world/TP dispatch ranks, each TP pair generates its share, and vLLM's
-DP group (the MoE all-to-all domain) spans them, which is what upstream runs.
-Installed when a recipe sets ``rollout.expert_parallel`` (``NPU_RL_PATCHES=vllm_dp``).
-Importing this module does not import verl, torch or vLLM.
+Upstream, cann-recipes-train replaces verl's ``vLLMRollout.__init__``
+(``llm_rl/deepseek/verl_patches/workers/vllm_rollout/vllm_rollout_spmd.py``) so that every TP=2 vLLM engine
+is one data-parallel rank of a MoE engine whose experts are spread over TP x DP ranks:
+``enable_expert_parallel=True``, ``VLLM_DP_SIZE`` from the environment with per-rank ``VLLM_DP_RANK`` /
+master address / port (``verl_patches/workers/vllm_rollout/vllm_parallel_state.py``), and a torchair graph /
+Ascend scheduler ``additional_config``. Here verl's constructor stays: ``enable_expert_parallel`` and
+``additional_config`` are engine arguments that verl 0.6.1's ``vLLMRollout.__init__`` passes to
+``LLM(**engine_kwargs)`` unchanged, so the launcher emits them (:func:`npu_rl.launcher.megatron.megatron_overrides`)
+and this patch only turns OmegaConf nodes in them into plain containers (vLLM hashes and copies its config).
+The launcher sets ``VLLM_DP_SIZE`` for every worker; right before verl builds the engine this patch sets the
+per-rank variables vLLM reads (:func:`dp_env`), and verl's own rollout DP / EP stay 1 (:func:`check_rollout_config`).
+Installed when a recipe sets ``rollout.expert_parallel`` (``NPU_RL_PATCHES=vllm_dp``); imports no verl, torch or vLLM.
 """
 
 from __future__ import annotations
@@ -88,7 +64,17 @@ def dp_coords(rank: int, world: int, tp: int, dp: int) -> DPCoords:
 
 
 def dp_env(rank: int, world: int, tp: int, dp: int, ips: list[str], base_port: int) -> dict[str, str]:
-    """The ``VLLM_DP_*`` variables vLLM 0.9.1's ``ParallelConfig`` reads for one rank (module docstring)."""
+    """The ``VLLM_DP_*`` variables vLLM 0.9.1's ``ParallelConfig`` reads for one rank.
+
+    The DP size is no engine argument: a ``data_parallel_size`` above 1 there makes vLLM treat the engine as
+    its own DP launcher (it picks a fresh master port, ``vllm/config.py`` 1885-1887 at v0.9.1). With the
+    default of 1, vLLM's ``ParallelConfig.__post_init__`` falls back to the environment, the offline SPMD
+    case: ``VLLM_DP_SIZE``, ``VLLM_DP_RANK``, ``VLLM_DP_RANK_LOCAL``, ``VLLM_DP_MASTER_IP`` and
+    ``VLLM_DP_MASTER_PORT`` (``vllm/config.py`` 1888-1894 at v0.9.1). vllm-ascend 0.9.1 replaces that
+    ``__post_init__`` only when ``VLLM_ASCEND_EXTERNAL_DP_LB_ENABLED`` is set
+    (``vllm_ascend/patch/platform/patch_0_9_1/patch_configs.py`` 76-77, ``vllm_ascend/envs.py`` 169-171),
+    which npu-rl never sets, so vLLM's fallback is the mechanism that applies.
+    ``tests/envs/test_npu_stack.py`` checks these against vLLM 0.9.1's own ``ParallelConfig``."""
     c = dp_coords(rank, world, tp, dp)
     return {
         DP_SIZE_ENV: str(dp),
@@ -125,7 +111,13 @@ def _get(obj: Any, key: str) -> Any:
 
 
 def check_rollout_config(config: Any, world: int, dp: int) -> None:
-    """Refuse a rollout config with which vLLM DP would not do what upstream's run does."""
+    """Refuse a rollout config with which vLLM DP would not do what upstream's run does.
+
+    verl must keep its own ``rollout.data_parallel_size`` / ``expert_parallel_size`` at 1: its megatron worker
+    builds the rollout mesh with ``infer_tp = TP * data_parallel_size`` (verl 0.6.1 ``megatron_workers.py``
+    ``_build_rollout``), so a verl-side DP of 128 makes one 256-rank "TP group" that receives the whole batch
+    on every rank. With 1, the batch is split over world/TP dispatch ranks, each TP pair generates its share,
+    and vLLM's DP group (the MoE all-to-all domain) spans them, which is what upstream runs."""
     vllm_kwargs = (_get(config, "engine_kwargs") or {}).get("vllm", {}) or {}
     tp = int(_get(config, "tensor_model_parallel_size") or 1)
     problems = []

@@ -1,24 +1,17 @@
 """Kubernetes manifests for a multi-node recipe: a Volcano ``Job`` or a KubeRay ``RayJob``.
 
-Each file holds the recipe as a ConfigMap (mounted at /etc/npu-rl/recipe.yaml)
-and one gang-scheduled job of ``nnodes`` pods, each requesting the recipe's
-NPUs per node on nodes labelled with the platform's ``accelerator-type``.
+Each file holds the recipe as a ConfigMap (mounted at /etc/npu-rl/recipe.yaml) and one gang-scheduled job of
+``nnodes`` pods, each requesting the recipe's NPUs per node on nodes labelled with the platform's
+``accelerator-type``; pods take the image's entrypoint (it sources CANN's environment): ``args`` start with ``npu-rl``.
 
-Flow on Volcano (batch.volcano.sh/v1alpha1): the ``head`` task runs
-``npu-rl ray head --nodes N --devices D -- npu-rl train --recipe ... --prepare`` and the
-``worker`` task ``npu-rl ray worker --devices D`` (head host from the ``svc``
-plugin); the head exits with the training's exit code, ``TaskCompleted`` on
-the head completes the job, and a failed or evicted pod restarts the whole job
-(training resumes from its last checkpoint) up to ``maxRetry`` times.
-
-Flow on KubeRay (ray.io/v1): ``rayStartParams`` register the NPUs; with
-``ray.io/overwrite-container-cmd`` the pods run ``npu-rl ray head|worker``,
-which export the HCCL/Gloo interface variables and then run the operator's
-generated ``ray start``; the RayJob entrypoint waits for all NPUs and trains,
-and Volcano gang-schedules the cluster (``ray.io/scheduler-name: volcano``).
-
-Pods take the image's entrypoint (it sources the CANN environment), so their
-``args`` start with ``npu-rl``.
+Volcano (batch.volcano.sh/v1alpha1): the ``head`` task runs
+``npu-rl ray head --nodes N --devices D -- npu-rl train --recipe ... --prepare``, the ``worker`` task
+``npu-rl ray worker --devices D`` (head host from the ``svc`` plugin); the head exits with the training's exit
+code, ``TaskCompleted`` on the head completes the job, and a failed or evicted pod restarts the whole job
+(resuming from the last checkpoint) up to ``maxRetry`` times. KubeRay (ray.io/v1): ``rayStartParams`` register
+the NPUs; with ``ray.io/overwrite-container-cmd`` the pods run ``npu-rl ray head|worker``, which export the
+HCCL/Gloo interface variables, then run the operator's generated ``ray start``; the RayJob entrypoint waits for
+all NPUs and trains, and Volcano gang-schedules the cluster (``ray.io/scheduler-name: volcano``).
 """
 
 from __future__ import annotations
@@ -117,13 +110,13 @@ RING_CONTROLLER = {"ring-controller.atlas": "ascend-910b"}
 
 def _accelerator(recipe: Recipe) -> Accelerator:
     if recipe.resources.platform == "npu-a3":
-        acc = A3_CLUSTERS[recipe.resources.cluster or A3_DEFAULT_CLUSTER]
-        if recipe.resources.devices_per_node > acc.max_devices:
+        a3 = A3_CLUSTERS[recipe.resources.cluster or A3_DEFAULT_CLUSTER]
+        if recipe.resources.devices_per_node > a3.max_devices:
             raise UserError(
                 f"recipe {recipe.name}: resources.devices_per_node {recipe.resources.devices_per_node} "
-                f"exceeds the {acc.max_devices} NPUs of a {recipe.resources.cluster} node"
+                f"exceeds the {a3.max_devices} NPUs of a {recipe.resources.cluster} node"
             )
-        return acc
+        return a3
     acc = ACCELERATORS.get(recipe.resources.platform)
     if acc is None:
         raise UserError(

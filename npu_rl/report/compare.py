@@ -9,6 +9,7 @@ from __future__ import annotations
 import base64
 import json
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -259,6 +260,8 @@ def _reward_check(base: Side, run: Side, t: Thresholds) -> Check:
     if not common:
         return Check(what, f"{b:.3f}", "-", "-", tol, False, "RUN logged none of the steps BASE has there")
     b, r = _window_mean(bs, common), _window_mean(rs, common)
+    if b is None or r is None:  # only NaN/inf logged at those steps
+        return _missing(what, b, r, "", tol)
     ok = abs(r - b) <= c.reward_mean_diff
     span = f" (steps {common[0]}-{common[-1]}, {len(common)} of BASE's {len(in_base)})" if common != in_base else ""
     return Check(
@@ -285,7 +288,7 @@ def _validation_checks(base: Side, run: Side, t: Thresholds) -> list[Check]:
         what = f"validation accuracy ({ds}, last common step)"
         r = vr.get(ds, {}).get("acc")
         common = sorted({int(x) for x in b.steps} & {int(x) for x in r.steps}) if r is not None else []
-        if not common:
+        if r is None or not common:
             out.append(Check(what, _last(b), "-", "-", tol, False, "RUN did not validate at a step BASE did"))
             continue
         step = common[-1]
@@ -354,7 +357,7 @@ def plot_comparison(base: Side, run: Side, t: Thresholds, out_dir: Path) -> list
     c = t.compare
     plots = []
 
-    def add(title: str, curves: list[Series], lines: list[tuple[float, str]] = (), ylabel: str | None = None):
+    def add(title: str, curves: list[Series], lines: Sequence[tuple[float, str]] = (), ylabel: str | None = None):
         curves = [s for s in curves if len(s)]
         if curves:
             slug = "".join(ch if ch.isalnum() else "_" for ch in title.lower()).strip("_")

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -56,7 +57,7 @@ def plot_panel(
     findings: list[Finding],
     bands: list[tuple[float, float]],
     path: Path,
-    lines: list[tuple[float, str]] = (),
+    lines: Sequence[tuple[float, str]] = (),
     ylabel: str | None = None,
 ) -> Path:
     """One chart of ``curves`` with the findings marked, healthy ``bands`` shaded and horizontal

@@ -83,7 +83,7 @@ def load_run(run_dir: Path) -> dict[str, Series]:
             for step, (value, _) in by_step.items():
                 target[step] = value
     out = {}
-    for tag, by_step in merged.items():
-        steps = np.array(sorted(by_step), dtype=np.int64)
-        out[tag] = Series(tag, steps, np.array([by_step[s] for s in steps], dtype=np.float64))
+    for tag, values in merged.items():
+        steps = np.array(sorted(values), dtype=np.int64)
+        out[tag] = Series(tag, steps, np.array([values[s] for s in steps], dtype=np.float64))
     return out

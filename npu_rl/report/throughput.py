@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import math
 import statistics
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -156,7 +157,7 @@ def _finite(v: float) -> float | None:
     return v if math.isfinite(v) else None
 
 
-def _median(values: list[float | None]) -> float | None:
+def _median(values: Sequence[float | None]) -> float | None:
     vals = [v for v in values if v is not None and math.isfinite(v)]
     return statistics.median(vals) if vals else None
 
@@ -280,14 +281,14 @@ def throughput_card(series: dict[str, Series], recipe: Any = None, warmup_steps:
         per_step=per_step,
         medians=medians,
         shares=shares,
-        conditions=_condition_rows(recipe, cond, hw) if cond else [],
+        conditions=_condition_rows(recipe, cond, hw) if cond and hw is not None else [],
         logged=_logged(series, [s.step for s in measured]),
     )
     if dropped < warmup_steps:
         card.notes.append(
             f"the run has {len(per_step)} timed step(s): {dropped} of the {warmup_steps} warm-up step(s) dropped"
         )
-    if hw is not None:
+    if hw is not None and cond is not None:  # both come from the recipe
         card.dies_per_card, card.card, card.device = hw.dies_per_card, hw.card, hw.device
         card.references = [
             Reference(

@@ -10,6 +10,7 @@ has: each sub-block is split separately, as Megatron and vLLM both do.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 DTYPE_BYTES = {"bfloat16": 2, "float16": 2, "float32": 4}
 
@@ -75,7 +76,7 @@ class ModelShapes:
     @classmethod
     def tiny(cls, **kw: int) -> ModelShapes:
         """Same structure at toy sizes, for multi-process CPU tests."""
-        base = dict(
+        base: dict[str, Any] = dict(
             num_layers=4,
             first_k_dense=1,
             hidden=16,

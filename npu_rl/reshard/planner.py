@@ -193,7 +193,9 @@ class Plan:
         return self.geometry[param].train_key(self.train.coords(rank))
 
     def rank_schedule(self, rank: int) -> RankSchedule:
-        rounds: list[tuple[list[Transfer], list[Transfer]]] = [([], []) for _ in range(self.num_rounds)]
+        # Per round: what to send and what to receive, as (peer, transfer index, transfer).
+        rounds: list[tuple[list[tuple[int, int, Transfer]], list[tuple[int, int, Transfer]]]]
+        rounds = [([], []) for _ in range(self.num_rounds)]
         order = []
         for i, t in enumerate(self.transfers):
             if t.src == rank or t.dst == rank:

@@ -1,79 +1,61 @@
 """Is the extracted answer the ground truth? The one definition of "equal".
 
-Both paths of the reward run this module. The fast path, in the trainer's
-process, compares leaves (single expressions) with ``latex_eval``; what that
-cannot decide is sent whole to a worker process, which runs the very same
-``judge`` with a symbolic leaf (``symbolic.leaf_equal``) that reads with
-``latex_eval`` first and with latex2sympy only what ``latex_eval`` cannot, and
-compares by the same rules (:mod:`npu_rl.reward.values`). So a pair of answers
-is equal or not whatever path decides it.
+Both paths of the reward run this module. The fast path, in the trainer's process, compares leaves (single
+expressions) with ``latex_eval``; what that cannot decide is sent whole to a worker process, which runs the
+very same ``judge`` with a symbolic leaf (``symbolic.leaf_equal``: ``latex_eval`` first, latex2sympy only for
+what it cannot read) and the same rules (:mod:`npu_rl.reward.values`), so the verdict does not depend on the path.
 
 Values (leaves)
   * Rationals are exact: ``1/2^{99}`` is not ``1/2^{98}``.
-  * A decimal is the fraction it spells: ``0.25`` is ``\\frac14``, ``0.333`` is
-    not ``\\frac13`` and ``5.43`` is not a ground truth of ``5.4``: there is no
-    rounding tolerance. A repeating decimal (``0.1\\overline{6}``) is its exact
-    fraction, and so is a mixed number (``2\\frac{1}{3}`` is 7/3).
-  * Everything else (``\\pi``, roots, logs, trig, ``i``) compares at 50 digits
-    with relative tolerance 1e-35: ``\\sqrt8`` is ``2\\sqrt2``, ``3.14`` is not ``\\pi``.
-    Small numbers too: there is no absolute floor, so ``e^{-100}`` is not ``0``
-    (nor is ``10^{-50}``); a computation that cancels at those digits is exactly 0
-    (``\\sin\\pi``, ``\\sqrt2^2 - 2``).
-  * A fraction equals an irrational only if it is short (|p|·q < 10^30, see
-    :mod:`npu_rl.reward.values`): ``\\log_2 8`` is ``3``, but ``\\pi`` is no decimal,
-    not even one of 50 digits: the decimal is a fraction.
-  * Expressions in variables are equal when they are the same function: equal
-    at random rational points drawn from a fixed seed (positive points always,
-    points with negative coordinates where both sides are real, so ``|x|`` is
-    not ``x``), and where sampling cannot decide, by sympy's ``simplify`` in the
-    worker.
-  * ``\\log`` is the natural log; ``x^23`` is ``x^{23}``; notation that TeX
-    and a reader take two ways (``\\frac432``, ``\\sqrt23``) is wrong on both paths.
-  * Degrees, ``\\%``, thousands separators and ``\\text`` wrappers are dropped; a
-    numeral in base b (``52_8``) equals only itself; multiple choices compare by letter.
-  * Units are dropped from the value but compared: when both answers name units
-    they must name the same ones (in any spelling: ``\\text{ cm}``, ``\\mbox{cm}``,
-    ``cm``, ``centimeters``; ``cm^2`` is ``square cm``, not ``cm``; ``\\$`` is dollars).
-    One side without units is MATH's convention (``5`` for ``5\\text{ cm}``) and
-    compares the values only; so does the placeholder "units" (``12`` square units).
-    ``5\\text{ cm}`` is not ``5\\text{ m}``.
-  * Words (``\\text{Yes}``, ``even``) compare as strings, ignoring case and
-    spaces: ``\\text{Yes}`` is ``yes``, and ``east`` is not ``seat`` although both
-    read as the same product of letters.
+  * A decimal is the fraction it spells: ``0.25`` is ``\\frac14``, ``0.333`` is not ``\\frac13`` and ``5.43``
+    is not a ground truth of ``5.4``: there is no rounding tolerance. A repeating decimal (``0.1\\overline{6}``)
+    is its exact fraction, and so is a mixed number (``2\\frac{1}{3}`` is 7/3).
+  * Everything else (``\\pi``, roots, logs, trig, ``i``) compares at 50 digits with relative tolerance 1e-35:
+    ``\\sqrt8`` is ``2\\sqrt2``, ``3.14`` is not ``\\pi``. There is no absolute floor, so ``e^{-100}`` is not
+    ``0`` (nor is ``10^{-50}``); a computation that cancels at those digits is exactly 0 (``\\sin\\pi``,
+    ``\\sqrt2^2 - 2``).
+  * A fraction equals an irrational only if it is short (|p|·q < 10^30, :mod:`npu_rl.reward.values`):
+    ``\\log_2 8`` is ``3``, but ``\\pi`` is no decimal, not even one of 50 digits: the decimal is a fraction.
+  * Expressions in variables are equal when they are the same function: equal at random rational points drawn
+    from a fixed seed (positive points always, points with negative coordinates where both sides are real, so
+    ``|x|`` is not ``x``), and where sampling cannot decide, by sympy's ``simplify`` in the worker.
+  * ``\\log`` is the natural log; ``x^23`` is ``x^{23}``; notation that TeX and a reader take two ways
+    (``\\frac432``, ``\\sqrt23``) is wrong on both paths.
+  * Degrees, ``\\%``, thousands separators and ``\\text`` wrappers are dropped; a numeral in base b (``52_8``)
+    equals only itself; multiple choices compare by letter.
+  * Units are dropped from the value but compared: when both answers name units they must name the same ones
+    (in any spelling: ``\\text{ cm}``, ``\\mbox{cm}``, ``cm``, ``centimeters``; ``cm^2`` is ``square cm``, not
+    ``cm``; ``\\$`` is dollars). One side without units is MATH's convention (``5`` for ``5\\text{ cm}``) and
+    compares the values only; so does the placeholder "units" (``12`` square units). ``5\\text{ cm}`` is not
+    ``5\\text{ m}``.
+  * Words (``\\text{Yes}``, ``even``) compare as strings, ignoring case and spaces: ``\\text{Yes}`` is ``yes``,
+    and ``east`` is not ``seat`` although both read as the same product of letters.
 
-Structure (decided before value: a scalar never equals a list, so enumerating
-candidates earns nothing)
-  * Lists and sets are the same thing, unordered and one-to-one: ``3, 1``,
-    ``\\{1, 3\\}``, ``1 \\text{ or } 3``, ``1, \\text{and } 3``, ``x = 1 \\text{ or } x = 3``,
-    ``x_1 = 1, x_2 = 3``, and ``2 \\pm 1`` all equal each other; ``1, 1`` is not ``1``.
-  * Tuples and intervals (``(a, b)``, ``[a, b)``) are ordered and their
-    brackets must match; a tuple is never a list.
-  * An inequality in one variable is an interval: ``2 \\le x < 5`` is ``[2, 5)``,
-    ``x > 3`` is ``(3, \\infty)``, ``x \\ne 2`` is ``(-\\infty, 2) \\cup (2, \\infty)``;
-    ``or`` joins intervals into a union, ``and`` intersects a lower and an upper bound.
-    Any other inequality (``x < y``) is no value: it equals only itself, as text.
-  * A union equals the same intervals in any order (they are not merged:
-    ``(0, 1] \\cup (1, 2)`` is not ``(0, 2)``).
-  * Equations are compared as equations. ``x = a`` (one variable, maybe
-    subscripted, or ``f(x)``) is an answer about x: it is the answer ``a`` when the
-    other side has no such left-hand side or the same one (``x = 5`` is ``5`` and
-    ``x=5``; ``x = 1, 2`` is ``x = 1, x = 2``). Otherwise both are equations and
-    equal only as the same equation, sides possibly swapped: ``y = 5`` is not
-    ``x = 5``, ``y = 2x+3`` is not ``x = 2x+3`` but is ``2x - y + 3 = 0``, ``5 = x``
-    is ``x = 5``.
+Structure (decided before value: a scalar never equals a list, so enumerating candidates earns nothing)
+  * Lists and sets are the same thing, unordered and one-to-one: ``3, 1``, ``\\{1, 3\\}``, ``1 \\text{ or } 3``,
+    ``1, \\text{and } 3``, ``x = 1 \\text{ or } x = 3``, ``x_1 = 1, x_2 = 3``, and ``2 \\pm 1`` all equal each
+    other; ``1, 1`` is not ``1``.
+  * Tuples and intervals (``(a, b)``, ``[a, b)``) are ordered and their brackets must match; a tuple is never
+    a list.
+  * An inequality in one variable is an interval: ``2 \\le x < 5`` is ``[2, 5)``, ``x > 3`` is
+    ``(3, \\infty)``, ``x \\ne 2`` is ``(-\\infty, 2) \\cup (2, \\infty)``; ``or`` joins intervals into a union,
+    ``and`` intersects a lower and an upper bound. Any other inequality (``x < y``) is no value: it equals
+    only itself, as text.
+  * A union equals the same intervals in any order (they are not merged: ``(0, 1] \\cup (1, 2)`` is not
+    ``(0, 2)``).
+  * Equations are compared as equations. ``x = a`` (one variable, maybe subscripted, or ``f(x)``) is an
+    answer about x: it is the answer ``a`` when the other side has no such left-hand side or the same one
+    (``x = 5`` is ``5`` and ``x=5``; ``x = 1, 2`` is ``x = 1, x = 2``). Otherwise both are equations and equal
+    only as the same equation, sides possibly swapped: ``y = 5`` is not ``x = 5``, ``y = 2x+3`` is not
+    ``x = 2x+3`` but is ``2x - y + 3 = 0``, ``5 = x`` is ``x = 5``.
   * Matrices: same dimensions, entries in order.
 
 Evaluated answers (a rubric rule on top of "equal", :mod:`npu_rl.reward.evaluated`)
-  * "Equal" compares values, so ``17 \\times 23`` equals ``391``; the rubric pays
-    accuracy only for an evaluated answer. Arithmetic between numerals (sums,
-    differences, products, quotients other than a fraction, ``-(-7)``, ``|-7|``)
-    restates the computation and earns nothing, on every path; fractions (even
-    unreduced), powers and scientific notation of numerals, and anything with a
-    radical, ``\\pi``, a function or a variable in it, keep their verdict. None of
-    MATH-500's reference answers is refused by it.
+  * "Equal" compares values, so ``17 \\times 23`` equals ``391``, but accuracy is paid only for an evaluated
+    answer: arithmetic between numerals restates the computation and earns nothing, on every path.
 
-``judge`` answers True/False when the fast path decides and None when only the
-worker can; the worker's None (a list too long to match) counts as False.
+``judge`` answers True/False when the fast path decides and None when only the worker can; the worker's None
+(a list too long to match) counts as False.
 """
 
 from __future__ import annotations
@@ -120,9 +102,12 @@ def _separators(s: str, sep: str | re.Pattern) -> list[tuple[int, int]]:
         elif c in ")]}":
             depth -= 1
         elif depth == 0:
-            m = sep.match(s, i) if isinstance(sep, re.Pattern) else (s.startswith(sep, i) and sep)
-            if m:
-                end = m.end() if isinstance(m, re.Match) else i + len(sep)
+            if isinstance(sep, re.Pattern):
+                m = sep.match(s, i)
+                end = m.end() if m else None
+            else:
+                end = i + len(sep) if s.startswith(sep, i) else None
+            if end is not None:
                 spans.append((i, end))
                 i = end
                 continue
@@ -383,8 +368,8 @@ def _same_equation(pred: tuple[str, str], gt: tuple[str, str], leaf: Leaf) -> bo
 def shapes_equal(pred: Shape, gt: Shape, leaf: Leaf = fast_leaf) -> bool | None:
     if (pred.lhs and gt.lhs and pred.lhs != gt.lhs) or ("equation" in (pred.kind, gt.kind) and (pred.lhs or gt.lhs)):
         # Not both about one variable: equations, equal only as equations (y = 5 is not x = 5).
-        sides = _sides(pred), _sides(gt)
-        return False if None in sides else _same_equation(sides[0], sides[1], leaf)
+        ps, gs = _sides(pred), _sides(gt)
+        return False if ps is None or gs is None else _same_equation(ps, gs, leaf)
     if {pred.kind, gt.kind} <= {"set", "list"}:
         return _unordered(pred.parts, gt.parts, leaf)
     if {pred.kind, gt.kind} == {"text", "scalar"} and _WORD.fullmatch(f"{pred.text} {gt.text}"):

@@ -1,35 +1,28 @@
 """Is the final answer evaluated, or does it restate a computation between numerals?
 
-``17 \\times 23`` has the value 391, and so does the problem that asks for it: a
-policy that copies the expression from the problem into the box would be "right"
-without computing anything, the cheapest hack MATH offers. The rubric therefore
-pays accuracy only for an evaluated answer (:func:`unevaluated` is False); how
-often a policy tries the other kind is the ``unevaluated`` part of the reward,
-logged as ``reward/unevaluated`` every step.
+``17 \\times 23`` has the value 391, and so does the problem that asks for it: a policy that copies the
+expression from the problem into the box would be "right" without computing anything, the cheapest hack MATH
+offers. The rubric therefore pays accuracy only for an evaluated answer (:func:`unevaluated` is False); how
+often a policy tries the other kind is the reward's ``unevaluated`` part, logged as ``reward/unevaluated`` every
+step. MATH writes its reference answers evaluated (docs/reward.md).
 
-An answer is *unevaluated* when one of its values (a scalar, an element of a
-list, tuple, interval or matrix, the right-hand side of ``x = ...``) is built
-from numerals alone by an operation a final answer does not keep:
+An answer is *unevaluated* when one of its values (a scalar, an element of a list, tuple, interval or matrix,
+the right-hand side of ``x = ...``) is built from numerals alone by an operation a final answer does not keep:
 
   * a sum or difference: ``2+3``, ``10 - 4``, ``\\frac12 + \\frac13``;
   * a product: ``17 \\times 23``, ``7 \\times (-1)``, ``2 \\cdot 3^2``;
-  * a quotient that is not a fraction of numerals: a division sign (``12 \\div 4``),
-    ``\\frac{1+2}{3}``, ``6/(-2)`` (a negative denominator);
+  * a quotient that is not a fraction of numerals: ``12 \\div 4``, ``\\frac{1+2}{3}``, ``6/(-2)`` (a negative
+    denominator);
   * a double negation ``-(-7)`` or an absolute value ``|-7|``.
 
-Evaluated forms, whatever their value: a numeral, negative or decimal; a
-fraction of numerals, even unreduced (``\\frac{6}{4}``, ``\\frac{-3}{4}``, and the
-mixed number ``2\\frac13`` that normalisation turns into ``\\frac73``); a power of
-numerals (``2^{100}``, ``10^{-3}``, ``\\frac{1}{2^{10}}``); scientific notation
-(``6.02 \\times 10^{23}``). Anything with a symbol in it is out of the rule's
-reach and keeps its verdict: radicals, ``\\pi``, ``e``, ``i``, functions, factorials,
-binomials and variables (``3 + 2\\sqrt2``, ``\\frac{\\pi}{2}``, ``2x+3``), so MATH's
-forms ``a + b\\sqrt c`` and multiples of ``\\pi`` stay correct. A numeral to a
-fractional power is a radical too (``51^{1/2}`` is ``\\sqrt{51}``), but only when
-its base is a numeral and its exponent a non-integer numeral or fraction of numerals.
-
-MATH writes its reference answers evaluated: none of the 500 answers of
-MATH-500 is unevaluated by this rule (``tests/reward/test_reward_math500.py``).
+Evaluated forms, whatever their value: a numeral, negative or decimal; a fraction of numerals, even unreduced
+(``\\frac{6}{4}``, ``\\frac{-3}{4}``, and the mixed number ``2\\frac13`` that normalisation turns into
+``\\frac73``); a power of numerals (``2^{100}``, ``10^{-3}``, ``\\frac{1}{2^{10}}``); scientific notation
+(``6.02 \\times 10^{23}``). Anything with a symbol in it is out of the rule's reach and keeps its verdict:
+radicals, ``\\pi``, ``e``, ``i``, functions, factorials, binomials and variables (``3 + 2\\sqrt2``,
+``\\frac{\\pi}{2}``, ``2x+3``), so MATH's forms ``a + b\\sqrt c`` and multiples of ``\\pi`` stay correct. A
+numeral to a fractional power is a radical too (``51^{1/2}`` is ``\\sqrt{51}``), but only when its base is a
+numeral and its exponent a non-integer numeral or fraction of numerals.
 """
 
 from __future__ import annotations

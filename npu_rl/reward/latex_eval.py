@@ -1,19 +1,16 @@
 """Fast judge for the LaTeX answers MATH uses, without sympy.
 
-A small recursive-descent parser turns the LaTeX subset that MATH answers use
-(numbers, + - * /, implicit products, ``\\frac``/``\\sqrt`` including the
-shorthand ``\\frac43`` and ``11\\sqrt2``, powers, ``\\pi``, ``e``, ``i``,
-common functions, factorials, variables) into a tree, which is evaluated in the
-value domain of :mod:`npu_rl.reward.values`: exactly with ``Fraction`` while
-everything is rational (so ``1/2^{99}`` never equals ``1/2^{98}``), otherwise at
-50 digits with mpmath; with variables, at the shared random sample points.
+A small recursive-descent parser turns the LaTeX subset that MATH answers use (numbers, + - * /, implicit
+products, ``\\frac``/``\\sqrt`` including the shorthand ``\\frac43`` and ``11\\sqrt2``, powers, ``\\pi``, ``e``,
+``i``, common functions, factorials, variables) into a tree, which is evaluated in the value domain of
+:mod:`npu_rl.reward.values`: exactly with ``Fraction`` while everything is rational (so ``1/2^{99}`` never
+equals ``1/2^{98}``), otherwise at 50 digits with mpmath; with variables, at the shared random sample points.
 
-Readings that differ from TeX's are deliberate: an unbraced exponent is the
-whole number (``x^23`` is ``x^{23}``, as a model writing it means), and a
-one-digit argument that would leave digits behind as a silent product
-(``\\frac432``, ``\\sqrt23``) is refused. Anything outside the subset, or too
-large to evaluate cheaply (``9^{9^{9^9}}``), is "undecided" and left to the
-symbolic fallback, which reads and compares the same way.
+Readings that differ from TeX's are deliberate: an unbraced exponent is the whole number (``x^23`` is
+``x^{23}``, as a model writing it means), and a one-digit argument that would leave digits behind as a silent
+product (``\\frac432``, ``\\sqrt23``) is refused. Anything outside the subset, or too large to evaluate
+cheaply (``9^{9^{9^9}}``), is "undecided" and left to the symbolic fallback, which reads and compares the
+same way.
 """
 
 from __future__ import annotations
@@ -104,8 +101,8 @@ class _Parser:
 
     def parse(self) -> tuple:
         node = self.expr()
-        if self.peek() is not None:
-            raise ParseError(f"trailing {self.peek()[1]!r}")
+        if (tok := self.peek()) is not None:
+            raise ParseError(f"trailing {tok[1]!r}")
         return node
 
     def expr(self) -> tuple:

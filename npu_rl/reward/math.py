@@ -1,19 +1,16 @@
 """MATH reward for verl: correctness first, then format and chain of thought.
 
-verl loads this file by path (``custom_reward_function.path``) as a standalone
-module, so it imports only absolutely. ``compute_score`` serves verl's ``naive``
-reward manager, ``compute_score_batch`` its ``batch`` manager; both take the
-recipe's ``weights`` and ``timeout_s`` through ``custom_reward_function.reward_kwargs``.
+verl loads this file by path (``custom_reward_function.path``) as a standalone module, so it imports only
+absolutely. ``compute_score`` serves verl's ``naive`` reward manager, ``compute_score_batch`` its ``batch``
+manager; both take the recipe's ``weights`` and ``timeout_s`` through ``custom_reward_function.reward_kwargs``.
 
-score = w_acc * acc + acc * (format + cot): a wrong answer earns nothing, so the
-policy cannot farm format points. An answer that restates a computation between
-numerals (``17 \\times 23`` for 391) is not right whatever its value
-(:mod:`npu_rl.reward.evaluated`); ``unevaluated`` says it was one, ``boxed`` that
-the final answer was in the ``\\boxed{}`` the prompt asks for. The returned
-``format`` and ``cot`` are what the response's form would earn (logged even when
-the answer is wrong, to watch the format being learnt); ``pred`` is the
-extracted final answer ("" if none). verl keeps these parts per sample, and the
-``reward_parts`` patch logs their step means as ``reward/<part>``.
+score = w_acc * acc + acc * (format + cot): a wrong answer earns nothing, so the policy cannot farm format
+points. An answer that restates a computation between numerals (``17 \\times 23`` for 391) is not right
+whatever its value (:mod:`npu_rl.reward.evaluated`); ``unevaluated`` says it was one, ``boxed`` that the final
+answer was in the ``\\boxed{}`` the prompt asks for. The returned ``format`` and ``cot`` are what the
+response's form would earn (logged even when the answer is wrong, to watch the format being learnt); ``pred``
+is the extracted final answer ("" if none). verl keeps these parts per sample, and the ``reward_parts`` patch
+logs their step means as ``reward/<part>``.
 """
 
 from __future__ import annotations

@@ -1,19 +1,15 @@
-"""Cheap string normalisation of LaTeX answers: the same value written the usual
-different ways (``\\dfrac``, ``30^\\circ``, ``10\\text{ cm}``, ``1{,}000``,
-``\\text{(B)}``) maps to one canonical string.
+"""Cheap string normalisation of LaTeX answers: the same value written the usual different ways
+(``\\dfrac``, ``30^\\circ``, ``10\\text{ cm}``, ``1{,}000``, ``\\text{(B)}``) maps to one canonical string.
 
-Units are dropped from that string but not forgotten: ``units`` names the ones an
-answer gave (``\\text{cm}``, ``\\mbox{ centimeters}`` and a trailing ``cm`` are all
-``cm``), so the judge can refuse ``5\\text{ cm}`` for ``5\\text{ m}``. A left-hand
-side ``x =`` is kept, and ``assignment`` splits it off: whether it may be dropped
+Units are dropped from that string but not forgotten: ``units`` names the ones an answer gave (``\\text{cm}``,
+``\\mbox{ centimeters}`` and a trailing ``cm`` are all ``cm``), so the judge can refuse ``5\\text{ cm}`` for
+``5\\text{ m}``. A left-hand side ``x =`` is kept, and ``assignment`` splits it off: whether it may be dropped
 depends on the other answer, which only the judge sees.
 
-Only rewrites that never change the mathematical value belong here, plus the
-two readings that both paths of the judge must share and that no LaTeX parser
-makes by itself: a mixed number (``2\\frac{1}{3}`` is 7/3, not 2/3) and a
-repeating decimal (``0.1\\overline{6}`` is 1/6), each rewritten as the exact
-fraction it stands for. Everything else is decided by
-:mod:`npu_rl.reward.latex_eval` or the symbolic fallback.
+Only rewrites that never change the mathematical value belong here, plus the two readings that both paths of
+the judge must share and that no LaTeX parser makes by itself: a mixed number (``2\\frac{1}{3}`` is 7/3, not
+2/3) and a repeating decimal (``0.1\\overline{6}`` is 1/6), each rewritten as the exact fraction it stands
+for. Everything else is decided by :mod:`npu_rl.reward.latex_eval` or the symbolic fallback.
 """
 
 from __future__ import annotations

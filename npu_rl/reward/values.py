@@ -1,33 +1,22 @@
-"""When two values, or two expressions in variables, are equal: the numeric half
-of the definition in :mod:`npu_rl.reward.equiv`, shared by both paths.
+"""When two values, or two expressions in variables, are equal: the numeric half of the definition in
+:mod:`npu_rl.reward.equiv`, shared by both paths.
 
-Values are exact rationals (``Fraction``) or numbers of a private 50-digit
-mpmath context ("computed" values). One rule, whatever their size:
+Values are exact rationals (``Fraction``) or numbers of a private 50-digit mpmath context ("computed"
+values). One rule, whatever their size:
 
   * two rationals compare exactly (``10^{-50}`` is not ``0``);
-  * otherwise at a relative tolerance of 1e-35, far below any decimal a model
-    writes, so ``3.14`` is not ``\\pi`` but ``\\sqrt8`` is ``2\\sqrt2``. There is no
-    absolute floor: ``e^{-100}`` is not ``0``;
-  * a rational p/q equals a computed value only when it is short, |p|·q < 10^30:
-    agreement to 35 digits with so short a fraction is no coincidence (``\\log_2 8``
-    is 3), while every number agrees that well with some longer fraction. A
-    50-digit decimal is such a fraction, so it is not ``\\pi``;
-  * 0 is exact, so a computed value is 0 only when it is exactly 0. Where a
-    computation cancels at the stated digits, the evaluators make it so: a sum
-    whose terms are equal and opposite by the rules above (``\\sqrt2^2 - 2``,
-    ``e^{i\\pi} + 1``) and a function at a zero away from 0 whose argument is
-    computed (``\\sin\\pi``, ``\\ln`` of a computed 1) are exactly 0, as sympy
-    computes them on the other path. ``e^{-100}`` cancels nothing and stays itself.
+  * otherwise at a relative tolerance of 1e-35, far below any decimal a model writes, so ``3.14`` is not
+    ``\\pi`` but ``\\sqrt8`` is ``2\\sqrt2``. There is no absolute floor: ``e^{-100}`` is not ``0``;
+  * a rational p/q equals a computed value only when it is short, |p|·q < 10^30: agreement to 35 digits
+    with so short a fraction is no coincidence (``\\log_2 8`` is 3), while every number agrees that well
+    with some longer fraction. A 50-digit decimal is such a fraction, so it is not ``\\pi``;
+  * 0 is exact, so a computed value is 0 only when it is exactly 0. Where a computation cancels at the
+    stated digits, the evaluators make it so: a sum whose terms are equal and opposite by the rules above
+    (``\\sqrt2^2 - 2``, ``e^{i\\pi} + 1``) and a function at a zero away from 0 whose argument is computed
+    (``\\sin\\pi``, ``\\ln`` of a computed 1) are exactly 0, as sympy computes them on the other path.
+    ``e^{-100}`` cancels nothing and stays itself.
 
-Expressions in variables are equal when they agree at sample points
-(``identical``): random rationals from a fixed seed, so every thread and process
-gets the same verdict, and exact wherever the expressions are rational functions
-(Schwartz-Zippel: a false agreement at 16 random points of a set this large is
-out of reach). At points with every variable positive the values must agree,
-complex or not (``\\sqrt{1/n}`` is ``1/\\sqrt{n}``); at points with negative
-coordinates only where both sides are real (``|x|`` is not ``x``). Points where
-either side is undefined are skipped; with too few left the sampling cannot
-decide and the caller's symbolic check must.
+Expressions in variables are equal when they agree at sample points (:func:`identical`).
 """
 
 from __future__ import annotations
@@ -159,7 +148,14 @@ def _both(fa: Callable[[dict], Value], fb: Callable[[dict], Value], env: dict) -
 
 
 def identical(fa: Callable[[dict], Value], fb: Callable[[dict], Value], names: list[str]) -> bool | None:
-    """Do the two functions of ``names`` agree? None: too few points where both are defined."""
+    """Do the two functions of ``names`` agree? None: too few points where both are defined.
+
+    The points are random rationals from a fixed seed, so every thread and process gets the same verdict,
+    and exact wherever the expressions are rational functions (Schwartz-Zippel: a false agreement at 16
+    random points of a set this large is out of reach). At points with every variable positive the values
+    must agree, complex or not (``\\sqrt{1/n}`` is ``1/\\sqrt{n}``); at points with negative coordinates only
+    where both sides are real (``|x|`` is not ``x``). Points where either side is undefined are skipped;
+    with too few left the sampling cannot decide and the caller's symbolic check must."""
     positive, signed = sample_points(names)
     agreeing = 0
     for env in positive:

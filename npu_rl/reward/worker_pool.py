@@ -112,6 +112,7 @@ class WorkerPool:
             time.sleep(0.01)
 
     def _acquire(self, deadline: float) -> _Worker | None:
+        w: _Worker | None
         with self._cond:
             while True:
                 ready = [w for w in self._idle if w.ready or w.rx.poll(0)]
