@@ -3,7 +3,9 @@
 Layers, top first: a module imports from its own package and from the packages below its own,
 never from one above it, and no two modules or packages import each other. Imports inside
 functions keep to the same order; they are there only to keep a heavy or optional dependency
-(verl, torch, ray, rich, jinja2, the recipe schema in every Ray worker's patches) off a path.
+(verl, torch, ray, pyarrow, matplotlib, rich, the recipe schema in every Ray worker's patches) off a
+path, each marked ``# lazy:`` with what it keeps off (which path: on the line, or once in its module's
+or package's docstring).
 
     __main__, demo       `python -m npu_rl` and `make demo`
     cli                  the `npu-rl` parser

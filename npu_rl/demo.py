@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import shutil
 import statistics
 import sys
 import time
@@ -41,8 +42,6 @@ def run(workdir: Path, steps: int, eval_limit: int, fresh: bool, warm_start_step
     os.environ["NPU_RL_WORKSPACE"] = str(workdir)
     recipe = load_recipe(RECIPE, {"algorithm.total_training_steps": steps})
     if fresh:
-        import shutil
-
         for d in (run_files.checkpoint_root(recipe), run_files.log_root(recipe)):
             shutil.rmtree(d, ignore_errors=True)
     t_start = time.monotonic()
@@ -83,7 +82,7 @@ def run(workdir: Path, steps: int, eval_limit: int, fresh: bool, warm_start_step
 
     _step("6/6 training health report")
     t = time.monotonic()
-    from .report import build_report
+    from .report import build_report  # lazy: numpy, at step 6
 
     report = build_report(run_files.log_root(recipe), recipe=recipe)
     timings["report"] = time.monotonic() - t
@@ -111,7 +110,7 @@ def _summary(
     gain: tuple[float, float, int],
     answers: dict[str, tuple[float, float, int]] | None = None,
 ) -> None:
-    from .report.scalars import load_run
+    from .report.scalars import load_run  # lazy: numpy, at step 6
 
     series = load_run(run_files.log_root(recipe))
 

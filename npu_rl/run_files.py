@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+import shutil
 from pathlib import Path
 
 from .paths import workspace
@@ -115,8 +116,6 @@ def step_numbers(root: Path) -> list[int]:
 
 def remove_steps(root: Path, steps: list[int]) -> list[int]:
     """Remove whole ``global_step_N`` directories (verl's own rotation leaves data.pt behind)."""
-    import shutil
-
     for s in steps:
         shutil.rmtree(step_path(root, s), ignore_errors=True)
     return list(steps)

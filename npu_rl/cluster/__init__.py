@@ -12,4 +12,8 @@ membership
     waiting until the expected nodes and NPUs have joined.
 supervisor
     the head / worker / wait programs and their exit codes.
+
+ray is imported inside the functions that talk to a running cluster (``# lazy: ray``): `npu-rl ray`'s node
+programs start Ray as a child process, and the launcher, the dashboards and the parsers import this package,
+without it.
 """

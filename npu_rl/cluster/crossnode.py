@@ -88,7 +88,7 @@ def mismatches(facts: list[NodeFacts]) -> list[str]:
 
 
 def _probe_node(ip: str, ckpt_root: str, token: str, exclude: list[str]) -> dict:
-    import ray
+    import ray  # lazy: ray
 
     facts = local_facts(ip, ray.get_runtime_context().get_node_id(), frozenset(exclude))
     error = None
@@ -114,9 +114,9 @@ def check_cluster(ckpt_root: Path, exclude: set[str], timeout: float = 120.0) ->
 
     A node that does not answer or dies meanwhile is not a configuration error (a restart may find the
     cluster whole): that fails with the lost-node code."""
-    import ray
-    from ray.exceptions import GetTimeoutError, RayError
-    from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+    import ray  # lazy: ray
+    from ray.exceptions import GetTimeoutError, RayError  # lazy: ray
+    from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy  # lazy: ray
 
     nodes = [n for n in ray.nodes() if n.get("Alive")]
     token = uuid.uuid4().hex[:12]

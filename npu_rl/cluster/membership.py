@@ -53,7 +53,7 @@ def shortfall(nodes: Iterable[Node], want: Expectation) -> str | None:
 
 
 def ray_nodes() -> list[Node]:
-    import ray
+    import ray  # lazy: ray
 
     return [
         Node(n["NodeManagerAddress"], float(n.get("Resources", {}).get("NPU", 0.0)))
@@ -66,7 +66,7 @@ def ray_nodes() -> list[Node]:
 def connected(address: str, namespace: str) -> Iterator[None]:
     """This process as a Ray driver of the cluster at ``address`` for the block; quiet, and the caller's
     signal handlers kept."""
-    import ray
+    import ray  # lazy: ray
 
     # ray.init replaces the SIGTERM handler with sys.exit; the caller's (which stops child processes) must survive it.
     # Handlers belong to the main thread (`ray wait` runs this in another one, where ray.init leaves them be).

@@ -53,7 +53,7 @@ class NodeWatch:
         self._thread = threading.Thread(target=self._loop, name="npu-rl-nodewatch", daemon=True)
 
     def start(self) -> NodeWatch:
-        import ray
+        import ray  # lazy: ray
 
         self._members = {n["NodeID"]: n for n in ray.nodes() if n.get("Alive")}
         self._thread.start()
@@ -64,7 +64,7 @@ class NodeWatch:
         self._thread.join(timeout=self.poll + 5)
 
     def check(self) -> None:
-        import ray
+        import ray  # lazy: ray
 
         table = {n["NodeID"]: n for n in ray.nodes()}
         for node_id, node in self._members.items():

@@ -21,8 +21,14 @@ import re
 import subprocess
 import sys
 import time
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
+
+import psutil
+
+from .membership import connected
+from .raynode import beside_python
 
 # Frames of a process blocked in a collective: torch.distributed's Python API (Gloo on CPU, HCCL on
 # NPU through torch_npu's ProcessGroupHCCL) and the NCCL/HCCL communicators vLLM uses.
@@ -58,8 +64,6 @@ class NodeStacks:
 
 
 def py_spy() -> str:
-    from .raynode import beside_python
-
     return beside_python("py-spy")
 
 
@@ -80,8 +84,6 @@ def dump_pid(pid: int, timeout: float) -> tuple[str, str | None]:
 
 
 def describe(pid: int) -> tuple[str, str]:
-    import psutil
-
     try:
         p = psutil.Process(pid)
         cmd = p.cmdline()
@@ -92,7 +94,6 @@ def describe(pid: int) -> tuple[str, str]:
 
 def local_stacks(pids: list[int], timeout: float) -> list[ProcessStack]:
     """Every process at once: 16 ranks of an A3 node stuck in a device call must fit in one timeout."""
-    from concurrent.futures import ThreadPoolExecutor
 
     def one(pid: int) -> ProcessStack:
         title, status = describe(pid)
@@ -107,8 +108,6 @@ def local_stacks(pids: list[int], timeout: float) -> list[ProcessStack]:
 
 def _raylet_workers() -> list[int]:
     """The Ray worker processes of the raylet that started this process, this process left out."""
-    import psutil
-
     me = os.getpid()
     try:
         raylet = psutil.Process(os.getppid())
@@ -132,10 +131,8 @@ def _node_task(timeout: float) -> list[dict]:
 
 def cluster_stacks(address: str, timeout: float, node_timeout: float) -> list[NodeStacks]:
     """Stacks of the Ray workers of every alive node of the cluster at ``address``."""
-    import ray
-    from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
-
-    from .membership import connected
+    import ray  # lazy: ray
+    from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy  # lazy: ray
 
     with connected(address, namespace="npu-rl-stacks"):
         task = ray.remote(num_cpus=0, max_retries=0)(_node_task)

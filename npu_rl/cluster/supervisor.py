@@ -214,7 +214,7 @@ def run_worker(opts: WorkerOptions) -> int:
 
 
 def run_wait(head: Address, want: Expectation, timeout: float) -> int:
-    import ray  # noqa: F401 - before the deadline: seconds of import on loaded cores are not a head that is silent
+    import ray  # noqa: F401  # lazy: ray; imported before the deadline starts, not counted against the head
 
     deadline = Deadline(timeout)
     if not wait_for_port(head, deadline, backoff(), log):

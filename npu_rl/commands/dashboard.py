@@ -3,15 +3,17 @@
 from __future__ import annotations
 
 import argparse
+import time
 from pathlib import Path
 
+from ..dashboards import DEFAULT_HOST, KINDS, PORTS, log_tail, plan, serve, wait_for_logs
+from ..errors import UserError
+from ..run_files import log_root
 from . import options
 from .argtypes import port
 
 
 def register(sub: argparse._SubParsersAction) -> None:
-    from ..dashboards import DEFAULT_HOST, PORTS
-
     p = sub.add_parser("dashboard", help="serve a run's TensorBoard and SwanLab (local) dashboards")
     p.add_argument("--run", type=Path, help="run directory (default: the recipe's log root)")
     options.add_recipe(p, required=False, help="the run's recipe (instead of --run)")
@@ -31,12 +33,7 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    import time
-
-    from ..cluster import proctree
-    from ..dashboards import KINDS, log_tail, plan, serve, wait_for_logs
-    from ..errors import UserError
-    from ..run_files import log_root
+    from ..cluster import proctree  # lazy: the job
 
     if args.run is None and args.recipe is None:
         raise UserError("give --run DIR, or --recipe R to serve that recipe's run")

@@ -6,6 +6,8 @@ import argparse
 from pathlib import Path
 
 from ..data.deepscaler import TRAIN_RATIO
+from ..data.deepscaler import prepare as prepare_deepscaler
+from ..data.math import prepare as prepare_math
 from . import options
 from .argtypes import open_fraction, output_dir
 
@@ -51,21 +53,17 @@ def source_path(text: str | None) -> Path | None:
     if not text:
         return None
     if text == "sample":
-        from ..data.sample import sample_dir
+        from ..data.sample import sample_dir  # lazy: the job
 
         return sample_dir()
     return Path(text)
 
 
 def _deepscaler(args: argparse.Namespace) -> int:
-    from ..data.deepscaler import prepare
-
-    prepare(args.out, args.source, train_ratio=args.train_ratio)
+    prepare_deepscaler(args.out, args.source, train_ratio=args.train_ratio)
     return 0
 
 
 def _math(args: argparse.Namespace) -> int:
-    from ..data.math import prepare
-
-    prepare(args.out, source_path(args.source))
+    prepare_math(args.out, source_path(args.source))
     return 0

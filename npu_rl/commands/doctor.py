@@ -30,11 +30,11 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from rich.console import Console
-    from rich.markup import escape
-    from rich.table import Table
+    from rich.console import Console  # lazy: the job
+    from rich.markup import escape  # lazy: the job
+    from rich.table import Table  # lazy: the job
 
-    from ..launcher.preflight import run_checks
+    from ..launcher.preflight import run_checks  # lazy: the job
 
     recipe = options.load(args)
     results = run_checks(recipe, args.job, ports=args.free_ports)

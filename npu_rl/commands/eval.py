@@ -8,9 +8,11 @@ validation split and grades with the reward's accuracy.
 from __future__ import annotations
 
 import argparse
+import json
 import shlex
 from pathlib import Path
 
+from ..data.math import find_split_file
 from ..errors import UserError
 from ..recipe.schema import Recipe
 from ..run_files import eval_dir
@@ -54,7 +56,7 @@ def model_name(recipe: Recipe) -> str:
 
 
 def _chat_template(recipe: Recipe) -> str | None:
-    from ..model.tokenizer_override import load_override, resolve_override
+    from ..model.tokenizer_override import load_override, resolve_override  # lazy: the job
 
     override = resolve_override(recipe.model.tokenizer_config)
     return load_override(override).get("chat_template") if override else None
@@ -62,7 +64,7 @@ def _chat_template(recipe: Recipe) -> str | None:
 
 def _models(args: argparse.Namespace, recipe: Recipe):
     """(baseline dir or None, trained dir, trained step), every path checked before any work."""
-    from ..eval.trained_model import resolve_trained_model, step_of
+    from ..eval.trained_model import resolve_trained_model, step_of  # lazy: the job
 
     if args.model is not None:
         trained = _resolve(args.model)
@@ -81,9 +83,7 @@ def _models(args: argparse.Namespace, recipe: Recipe):
 
 def _check_model(path: Path, what: str) -> None:
     """A loadable Hugging Face model directory, checked before the evaluation loads anything."""
-    import json
-
-    from ..model.fetch import check_model_dir
+    from ..model.fetch import check_model_dir  # lazy: the job
 
     try:
         check_model_dir(path)
@@ -128,10 +128,10 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _run_local(args, recipe: Recipe, baseline, trained, step, name, out: Path):
-    from ..eval.dataset import load_problems
-    from ..eval.grading import load_grader
-    from ..eval.local import evaluate
-    from ..eval.table import ResultTable
+    from ..eval.dataset import load_problems  # lazy: the job
+    from ..eval.grading import load_grader  # lazy: the job
+    from ..eval.local import evaluate  # lazy: the job
+    from ..eval.table import ResultTable  # lazy: the job
 
     val_files: list[str | Path] = [_resolve(f) for f in recipe.data.val_files]
     load_problems(val_files, args.limit)  # fail on a missing/bad file before loading any model
@@ -154,10 +154,9 @@ def _run_local(args, recipe: Recipe, baseline, trained, step, name, out: Path):
 
 
 def _run_opencompass(args, recipe: Recipe, baseline, trained, step, name, out: Path):
-    from ..data.math import find_split_file
-    from ..eval import opencompass as oc
-    from ..eval.table import ResultTable
-    from ..launcher.prepare import recipe_source_dir
+    from ..eval import opencompass as oc  # lazy: the job
+    from ..eval.table import ResultTable  # lazy: the job
+    from ..launcher.prepare import recipe_source_dir  # lazy: the job
 
     for flag, value in (("--batch-size", args.batch_size), ("--max-out-len", args.max_out_len)):
         if value is not None and value <= 0:

@@ -42,8 +42,8 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def _build(args: argparse.Namespace) -> int:
-    from ..cluster import proctree
-    from ..image.build import build_variant
+    from ..cluster import proctree  # lazy: the job
+    from ..image.build import build_variant  # lazy: the job
 
     # A stop ends what the build started (the podman service, mmdebstrap) through their cleanup.
     try:

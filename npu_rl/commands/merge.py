@@ -15,7 +15,7 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from ..launcher.merge import merge
+    from ..launcher.merge import merge  # lazy: the job
 
     recipe = options.load(args)
     out = merge(recipe, args.step)

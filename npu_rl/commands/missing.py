@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib.metadata
 import re
 
 from ..errors import UserError
@@ -28,8 +29,6 @@ def third_party(err: ModuleNotFoundError) -> str | None:
 
 def _extra_of(dist: str) -> str | None:
     """The npu-rl extra (``pip install 'npu-rl[ops]'``) that brings ``dist``, if one does."""
-    import importlib.metadata
-
     try:
         requires = importlib.metadata.requires("npu-rl") or []
     except importlib.metadata.PackageNotFoundError:  # a checkout on PYTHONPATH, not installed

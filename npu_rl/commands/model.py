@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 import argparse
+from pathlib import Path
 
-from ..model.warmstart import FORMAT_ERROR, SIGN_ERROR
+from ..model.warmstart import FORMAT_ERROR, SIGN_ERROR, warm_start
 from . import options
 from .argtypes import output_dir, positive_int, probability
 
@@ -58,9 +59,9 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def _tiny(args: argparse.Namespace) -> int:
-    from ..data.sample import generate, splits
-    from ..model.tiny import build_tiny_model
-    from ..model.tokenizer_override import resolve_override
+    from ..data.sample import generate, splits  # lazy: the job
+    from ..model.tiny import build_tiny_model  # lazy: the job
+    from ..model.tokenizer_override import resolve_override  # lazy: the job
 
     recipe = options.load(args)
     override = resolve_override(recipe.model.tokenizer_config)
@@ -77,8 +78,6 @@ def _tiny(args: argparse.Namespace) -> int:
         chat_template_override=override,
     )
     if args.warm_start_steps > 0:
-        from ..model.warmstart import warm_start
-
         # The RL train split: the held-out test split stays unseen until evaluation.
         loss = warm_start(
             out,
@@ -94,16 +93,14 @@ def _tiny(args: argparse.Namespace) -> int:
 
 
 def _fp8_cast(args: argparse.Namespace) -> int:
-    from pathlib import Path
-
-    from ..model.fp8_cast import cast_checkpoint
+    from ..model.fp8_cast import cast_checkpoint  # lazy: the job
 
     cast_checkpoint(Path(args.input_fp8_hf_path), Path(args.output_bf16_hf_path))
     return 0
 
 
 def _fetch(args: argparse.Namespace) -> int:
-    from ..model.fetch import fetch_for_recipe
+    from ..model.fetch import fetch_for_recipe  # lazy: the job
 
     recipe = options.load(args)
     tokenizer_config = recipe.model.tokenizer_config if recipe else None

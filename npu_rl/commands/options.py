@@ -5,6 +5,9 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
+from ..recipe import load_recipe, parse_set_args
+from .argtypes import port
+
 RECIPE_HELP = "recipe name (configs/recipes) or YAML path"
 
 
@@ -20,8 +23,6 @@ def load(args: argparse.Namespace) -> Any:
     """The recipe of ``add_recipe``'s arguments, with its overrides; None where none was given."""
     if not args.recipe:
         return None
-    from ..recipe import load_recipe, parse_set_args
-
     return load_recipe(args.recipe, parse_set_args(args.set))
 
 
@@ -34,6 +35,4 @@ def subcommands(p: argparse.ArgumentParser, metavar: str) -> argparse._SubParser
 
 def add_ray_port(p: argparse.ArgumentParser, help: str, old_spellings: tuple[str, ...] = ()) -> None:
     """``--ray-port``: the Ray head's GCS port, in every job that talks to Ray."""
-    from .argtypes import port
-
     p.add_argument("--ray-port", *old_spellings, dest="ray_port", type=port, default=None, help=help)

@@ -6,6 +6,7 @@ from __future__ import annotations
 import argparse
 
 from . import options
+from .data import source_path
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -35,12 +36,11 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from ..launcher.prepare import prepare
-    from .data import source_path
+    from ..launcher.prepare import prepare  # lazy: the job
 
     recipe = options.load(args)
     if args.dry_run:
-        from ..launcher.prepare import describe
+        from ..launcher.prepare import describe  # lazy: the job
 
         print("\n".join(describe(recipe)))
         return 0

@@ -19,6 +19,7 @@ import os
 import shlex
 
 from .. import defaults
+from ..cluster.probe import Address
 from ..errors import UserError
 from . import options
 
@@ -136,7 +137,7 @@ def _positive(value: int | None, what: str) -> int | None:
 
 def resolve_counts(args: argparse.Namespace, placement) -> tuple[int | None, int]:
     """(nodes, NPUs per node): flags first, then the launcher's environment, the recipe, the pod's devices."""
-    from ..platform.devices import discover
+    from ..platform.devices import discover  # lazy: the job
 
     res = _recipe_resources(args)
     nodes = _positive(getattr(args, "nodes", None), "--nodes") or placement.nnodes or (res.nnodes if res else None)
@@ -166,8 +167,6 @@ def _kuberay_flag(cmd: str | None, name: str) -> str | None:
 
 
 def _address(text: str, port: int):
-    from ..cluster.probe import Address
-
     try:
         return Address.parse(text, port)
     except ValueError as err:
@@ -175,8 +174,8 @@ def _address(text: str, port: int):
 
 
 def _head(args: argparse.Namespace) -> int:
-    from ..cluster.placement import detect
-    from ..cluster.supervisor import HeadOptions, run_head
+    from ..cluster.placement import detect  # lazy: the job
+    from ..cluster.supervisor import HeadOptions, run_head  # lazy: the job
 
     placement = detect(os.environ, role="head")
     if placement.is_head is False:
@@ -204,8 +203,8 @@ def _head(args: argparse.Namespace) -> int:
 
 
 def _worker(args: argparse.Namespace) -> int:
-    from ..cluster.placement import detect
-    from ..cluster.supervisor import WorkerOptions, run_worker
+    from ..cluster.placement import detect  # lazy: the job
+    from ..cluster.supervisor import WorkerOptions, run_worker  # lazy: the job
 
     placement = detect(os.environ, role="worker")
     if placement.is_head and not args.address:
@@ -230,10 +229,10 @@ def _worker(args: argparse.Namespace) -> int:
 
 
 def _wait(args: argparse.Namespace) -> int:
-    from ..cluster.membership import Expectation
-    from ..cluster.network import select_interface
-    from ..cluster.placement import detect
-    from ..cluster.supervisor import run_wait
+    from ..cluster.membership import Expectation  # lazy: the job
+    from ..cluster.network import select_interface  # lazy: the job
+    from ..cluster.placement import detect  # lazy: the job
+    from ..cluster.supervisor import run_wait  # lazy: the job
 
     placement = detect(os.environ)
     nodes, devices = resolve_counts(args, placement)

@@ -7,6 +7,7 @@ import argparse
 
 import yaml
 
+from ..errors import UserError
 from . import options
 
 
@@ -36,8 +37,7 @@ def _show(args: argparse.Namespace) -> int:
 
 
 def _explain(args: argparse.Namespace) -> int:
-    from ..errors import UserError
-    from ..recipe.explain import render
+    from ..recipe.explain import render  # lazy: the job
 
     if args.set and not args.recipe:
         raise UserError("recipe explain: --set needs --recipe (the recipe whose fields it overrides)")

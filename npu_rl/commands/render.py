@@ -42,7 +42,7 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def _compose(args: argparse.Namespace) -> int:
-    from ..render.compose import render_compose
+    from ..render.compose import render_compose  # lazy: the job
 
     out = args.out or project_root() / "compose"
     for path in render_compose(out):
@@ -51,7 +51,7 @@ def _compose(args: argparse.Namespace) -> int:
 
 
 def _k8s(args: argparse.Namespace) -> int:
-    from ..render.k8s import K8sOptions, render_k8s
+    from ..render.k8s import K8sOptions, render_k8s  # lazy: the job
 
     recipe = options.load(args)
     k8s = K8sOptions(image=args.image, queue=args.queue, pvc=args.pvc, shm_size=args.shm_size, max_retry=args.max_retry)
@@ -61,7 +61,7 @@ def _k8s(args: argparse.Namespace) -> int:
 
 
 def _all(args: argparse.Namespace) -> int:
-    from ..render.committed import render_all
+    from ..render.committed import render_all  # lazy: the job
 
     for path in render_all(project_root()):
         print(f"wrote {path}")

@@ -7,6 +7,9 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
+from ..errors import UserError
+from ..recipe import load_recipe, parse_set_args
+from ..run_files import log_root
 from . import options
 
 
@@ -49,9 +52,7 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from ..errors import UserError
-    from ..report import build_report
-    from ..run_files import log_root
+    from ..report import build_report  # lazy: the job
 
     if args.compare:
         return compare(args)
@@ -69,10 +70,6 @@ def run(args: argparse.Namespace) -> int:
 
 def _run_and_recipe(arg: str, recipe, args: argparse.Namespace):
     """A --compare operand: a run directory (its recipe: --recipe), or a recipe, whose log root is the run."""
-    from ..errors import UserError
-    from ..recipe import load_recipe, parse_set_args
-    from ..run_files import log_root
-
     path = Path(arg)
     if path.is_dir():
         return path, recipe
@@ -86,8 +83,7 @@ def _run_and_recipe(arg: str, recipe, args: argparse.Namespace):
 
 
 def compare(args: argparse.Namespace) -> int:
-    from ..errors import UserError
-    from ..report.compare import compare_runs
+    from ..report.compare import compare_runs  # lazy: the job
 
     if args.eval_table:
         raise UserError("--eval-table does not go with --compare")

@@ -29,21 +29,21 @@ def register(sub: argparse._SubParsersAction) -> None:
 def run(args: argparse.Namespace) -> int:
     recipe = options.load(args)
     if args.dry_run:
-        from ..launcher.spec import build_launch
+        from ..launcher.spec import build_launch  # lazy: the job
 
         print(build_launch(recipe).dry_run_text())
         return 0
     if args.prepare:
-        from ..launcher.prepare import prepare
+        from ..launcher.prepare import prepare  # lazy: the job
 
         prepare(recipe)
     if args.rehearse:
-        from ..launcher.rehearsal import run_rehearsal
+        from ..launcher.rehearsal import run_rehearsal  # lazy: the job
 
         print(run_rehearsal(recipe).text())
         return 0
-    from ..cluster import proctree
-    from ..launcher.train import run_training
+    from ..cluster import proctree  # lazy: the job
+    from ..launcher.train import run_training  # lazy: the job
 
     try:
         with proctree.reaped(), proctree.signals_raise():

@@ -15,6 +15,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from ..errors import UserError
+from .math import write_splits
 
 HUB_DATASET = "agentica-org/DeepScaleR-Preview-Dataset"
 DATA_SOURCE = "deepscaler"  # upstream's data_source value
@@ -76,7 +77,7 @@ def read_json(source: Path) -> list[object]:
 
 def _load_hub(dataset: str) -> list[dict]:
     try:
-        import datasets
+        import datasets  # lazy: datasets
     except ImportError:
         raise UserError("no --from path given and the `datasets` package is not installed") from None
     print(f"loading {dataset} from the hub (pass --from DIR with {FILE_NAME} for offline use)", flush=True)
@@ -90,8 +91,6 @@ def prepare(
     out: Path, source: Path | None, hub_dataset: str = HUB_DATASET, train_ratio: float = TRAIN_RATIO
 ) -> dict[str, int]:
     """Write ``out/train.parquet`` and ``out/test.parquet``; returns rows written per split."""
-    from .math import write_splits
-
     items = read_json(source) if source is not None else _load_hub(hub_dataset)
     splits, skipped = split_rows(items, train_ratio)
     for split, rows in splits.items():  # both checked before either is written

@@ -21,7 +21,7 @@ SPLITS = ("train", "test")
 
 
 def extract_ground_truth(solution: str) -> str | None:
-    from verl.utils.reward_score.math_reward import last_boxed_only_string, remove_boxed
+    from verl.utils.reward_score.math_reward import last_boxed_only_string, remove_boxed  # lazy: verl
 
     boxed = last_boxed_only_string(solution)
     if boxed is None:
@@ -68,7 +68,7 @@ def find_split_file(src: Path, split: str) -> Path | None:
 
 
 def read_table(path: Path) -> list[dict]:
-    import pyarrow.parquet as pq
+    import pyarrow.parquet as pq  # lazy: pyarrow
 
     if path.suffix == ".jsonl":
         with open(path, encoding="utf-8") as f:
@@ -88,8 +88,8 @@ def read_table(path: Path) -> list[dict]:
 
 
 def write_parquet(rows: list[dict], path: Path) -> None:
-    import pyarrow as pa
-    import pyarrow.parquet as pq
+    import pyarrow as pa  # lazy: pyarrow
+    import pyarrow.parquet as pq  # lazy: pyarrow
 
     path.parent.mkdir(parents=True, exist_ok=True)
     pq.write_table(pa.Table.from_pylist(rows), path)
@@ -97,7 +97,7 @@ def write_parquet(rows: list[dict], path: Path) -> None:
 
 def _load_hub(dataset: str) -> dict[str, list[dict]]:
     try:
-        import datasets
+        import datasets  # lazy: datasets
     except ImportError:
         raise UserError("no --from directory given and the `datasets` package is not installed") from None
     print(f"loading {dataset} from the hub (pass --from DIR to convert local files)", flush=True)
@@ -145,6 +145,6 @@ def write_splits(out: Path, splits: dict[str, list[dict]]) -> dict[str, int]:
 
 
 def _progress(rows: list[dict], split: str) -> Iterator[dict]:
-    from rich.progress import track
+    from rich.progress import track  # lazy: rich
 
     yield from track(rows, description=f"converting {split}", transient=True)

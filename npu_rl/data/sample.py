@@ -20,6 +20,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from ..paths import config_dir
+from .math import write_parquet
 
 MAX_NUMBER = 99
 
@@ -101,8 +102,6 @@ def sample_dir() -> Path:
 
 
 def write_sample(out: Path | None = None, n_train: int = 256, n_test: int = 64) -> dict[str, Path]:
-    from .math import write_parquet
-
     out = out or sample_dir()
     paths = {}
     for split, rows in splits(n_train, n_test).items():

@@ -16,6 +16,7 @@ the one ``pip check`` line allowed (:func:`unexpected_pip_check`). vLLM's unpinn
 
 from __future__ import annotations
 
+import fcntl
 import hashlib
 import os
 import platform
@@ -23,6 +24,7 @@ import re
 import shutil
 import subprocess
 import sys
+from importlib import metadata
 from pathlib import Path
 
 from .. import versions
@@ -47,8 +49,6 @@ def stand_in_torch(torch_version: str | None = None, machine: str | None = None)
     """Whether PyPI's torch stands in for the base image's CPU build (x86_64, a torch without a local
     label); by default of this interpreter's environment."""
     if torch_version is None:
-        from importlib import metadata
-
         try:
             torch_version = metadata.version("torch")
         except metadata.PackageNotFoundError:
@@ -95,8 +95,6 @@ def wheelhouse(*, log=print) -> Path:
     127.0.0.1 (npu_rl.image.ascend_standin), so the two stand-ins install the same files. A folder per
     set of inputs (the lock, the pins, this platform); a lock file keeps two builds from filling it at once.
     """
-    import fcntl
-
     python = str(versions.get("common.python"))
     if "{}.{}".format(*sys.version_info[:2]) != python:
         # pip downloads for the interpreter it runs in; the base image's is the pinned one.

@@ -33,6 +33,7 @@ from packaging.requirements import Requirement
 from packaging.utils import canonicalize_name
 
 from .. import versions
+from ..eval.opencompass import eval_requirements
 from ..paths import project_root
 from . import pipconf
 from .base_layer import base_requirements, fetch_sdist, sdist_pin
@@ -128,8 +129,6 @@ def _npu_requirements() -> list[str]:
 
 
 def envs() -> dict[str, Env]:
-    from ..eval.opencompass import eval_requirements
-
     provided = ("torch", "torch-npu", "torchvision")
 
     # torch_npu's x86_64 wheel requires torch==2.5.1+cpu, which only PyTorch's index serves. The base

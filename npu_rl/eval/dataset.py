@@ -41,7 +41,7 @@ def _to_problem(row: dict, where: str) -> Problem:
 
 def load_problems(files: list[str | Path], limit: int | None = None) -> list[Problem]:
     """Rows of all ``files`` in order, the first ``limit`` of them when given."""
-    import pyarrow.parquet as pq
+    import pyarrow.parquet as pq  # lazy: pyarrow
 
     if limit is not None and limit <= 0:
         raise UserError(f"--limit must be positive (got {limit})")

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable
+from contextlib import nullcontext
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -78,7 +79,7 @@ class EvalResult:
 def _device(requested: str | None) -> str:
     if requested:
         return requested
-    import torch
+    import torch  # lazy: torch
 
     npu = getattr(torch, "npu", None)  # registered by torch_npu when it is imported
     if npu is not None and npu.is_available():
@@ -87,7 +88,7 @@ def _device(requested: str | None) -> str:
 
 
 def load_model(model_dir: Path, device: str, chat_template: str | None = None):
-    from transformers import AutoModelForCausalLM, AutoTokenizer
+    from transformers import AutoModelForCausalLM, AutoTokenizer  # lazy: transformers
 
     if not (model_dir / "config.json").is_file():
         raise UserError(f"{model_dir}: not a Hugging Face model directory (no config.json)")
@@ -124,7 +125,7 @@ def generate(
     Prompts are batched by length so that little compute goes to padding. They are
     never truncated: cutting one would drop the assistant turn the answer follows.
     """
-    import torch
+    import torch  # lazy: torch
 
     lengths = [len(tokenizer(p, add_special_tokens=False).input_ids) for p in prompts]
     order = sorted(range(len(prompts)), key=lambda i: lengths[i])
@@ -162,12 +163,10 @@ def generate(
 
 
 def _progress(enabled: bool):
-    from contextlib import nullcontext
-
     if not enabled:
         return nullcontext(None)
-    from rich.console import Console
-    from rich.progress import (
+    from rich.console import Console  # lazy: rich
+    from rich.progress import (  # lazy: rich
         BarColumn,
         MofNCompleteColumn,
         Progress,

@@ -24,7 +24,10 @@ import subprocess
 from dataclasses import dataclass
 from pathlib import Path
 
+from .. import versions
+from ..data.math import read_table
 from ..errors import UserError
+from ..paths import project_root as _project_root
 from .table import Row
 
 DATASET_CONFIG = "math_gen_a58d9d"
@@ -72,8 +75,6 @@ class ModelEntry:
 def read_math_split(path: Path) -> list[dict]:
     """Rows of a MATH test file: MATH-lighteval parquet, or JSONL with the same fields
     (MATH-500's JSONL calls the type ``subject``)."""
-    from ..data.math import read_table
-
     return read_table(path)
 
 
@@ -173,9 +174,7 @@ def find_executable(explicit: str | os.PathLike | None = None, *, project_root: 
     if hit is not None:
         return hit
     if project_root is None:
-        from ..paths import project_root as _root
-
-        project_root = _root()
+        project_root = _project_root()
     venv = project_root / EVAL_VENV / "bin" / "opencompass"
     if venv.is_file() and os.access(venv, os.X_OK):
         return str(venv)
@@ -343,8 +342,6 @@ def parse_summary(path: Path, entries: list[ModelEntry]) -> list[Row]:
 
 def eval_requirements(pins: dict | None = None) -> list[str]:
     """pip requirement lines of the eval environment, pinned from configs/versions.yaml."""
-    from .. import versions
-
     out = []
     for name, key in EVAL_REQUIREMENTS:
         value = str(versions.get(key, pins))

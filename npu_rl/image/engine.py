@@ -42,7 +42,7 @@ def _one_line(err: BaseException) -> str:
 
 def docker_sdk() -> Any:
     try:
-        import docker
+        import docker  # lazy: the ops extra, named when missing
     except ImportError:
         raise UserError("the docker Python package is missing: pip install 'npu-rl[ops]'") from None
     return docker

@@ -2,7 +2,8 @@
 
 ``parse_chunk`` is the pure part: one decoded API chunk -> events. ``Display``
 draws them with rich: a bar over the Dockerfile steps, the current step's
-instruction, and the latest output line; step lines stay on screen.
+instruction, and the latest output line; step lines stay on screen. rich (about 50 ms) is imported
+where it draws: the image modules import this one, and parse_chunk needs none of it.
 """
 
 from __future__ import annotations
@@ -56,7 +57,7 @@ class Display:
     """Feeds events to a rich progress bar; keeps the last output lines for error reports."""
 
     def __init__(self, title: str, *, verbose: bool = False, console: Any = None, tail_lines: int = 30):
-        from rich.console import Console
+        from rich.console import Console  # lazy: rich
 
         self.console = console or Console(stderr=True)
         self.title = title
@@ -68,7 +69,14 @@ class Display:
         self._task: Any = None
 
     def __enter__(self) -> Display:
-        from rich.progress import BarColumn, MofNCompleteColumn, Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
+        from rich.progress import (  # lazy: rich
+            BarColumn,
+            MofNCompleteColumn,
+            Progress,
+            SpinnerColumn,
+            TextColumn,
+            TimeElapsedColumn,
+        )
 
         self._progress = Progress(
             SpinnerColumn(),
@@ -89,7 +97,7 @@ class Display:
 
     def feed(self, events: Iterable[Event]) -> None:
         for ev in events:
-            from rich.markup import escape
+            from rich.markup import escape  # lazy: rich
 
             if ev.kind == "step":
                 self.step = (ev.step or 0, ev.total or 0, ev.text)

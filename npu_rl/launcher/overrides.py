@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import importlib.util
 import json
 from pathlib import Path
 from typing import Any
 
 from .. import run_files
+from ..errors import UserError
 from ..patches.consistency import ENV as CONSISTENCY_ENV
 from ..patches.old_log_prob import hydra_overrides as old_log_prob_overrides
 from ..recipe.schema import Recipe
@@ -19,10 +21,6 @@ def reward_function_path(recipe: Recipe) -> str:
     fn = recipe.reward.function
     if fn.endswith(".py"):
         return str(run_files.resolve(fn))
-    import importlib.util
-
-    from ..errors import UserError
-
     try:
         spec = importlib.util.find_spec(fn)
     except (ImportError, ValueError):  # "a.b" where a is no package, an empty or malformed name

@@ -10,6 +10,7 @@ data's columns and rows, the reward file, the table's checks and verl's composed
 
 from __future__ import annotations
 
+import ast
 import sys
 from collections.abc import Callable, Collection, Iterable
 from dataclasses import dataclass
@@ -40,7 +41,7 @@ HCCL_PORT_SPAN = 16
 
 def check_data_file(path: Path, prompt_key: str, field: str) -> int:
     """The file's row count, once it is a parquet file with the columns verl reads."""
-    import pyarrow.parquet as pq
+    import pyarrow.parquet as pq  # lazy: pyarrow
 
     if not path.is_file():
         raise UserError(f"{field}: data file not found: {path} (run `npu-rl prepare`)")
@@ -68,8 +69,6 @@ def check_data(recipe: Recipe) -> None:
 
 def check_reward(recipe: Recipe) -> None:
     """The reward file exists and defines the function verl will look up (read with ast, not imported)."""
-    import ast
-
     path = Path(reward_function_path(recipe))
     if not path.is_file():
         raise UserError(f"reward.function: file not found: {path}")

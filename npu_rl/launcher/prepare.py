@@ -17,6 +17,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from .. import run_files
+from ..data.deepscaler import prepare as convert_deepscaler
+from ..data.math import prepare as convert_math
+from ..data.sample import sample_dir
 from ..errors import UserError
 from ..exit_codes import Exit
 from ..model.fetch import check_model_dir, fetch_for_recipe
@@ -92,8 +95,6 @@ def recipe_source_dir(source_dir: str) -> Path:
     """``data.source_dir``: relative to the workspace; 'sample' is the bundled sample, as in
     `npu-rl data math --from sample`."""
     if source_dir == "sample":
-        from ..data.sample import sample_dir
-
         return sample_dir()
     return run_files.resolve(source_dir)
 
@@ -114,10 +115,7 @@ def data_source(recipe: Recipe, source: Path | None) -> Path | None:
 
 def prepare_data(recipe: Recipe, source: Path | None = None) -> None:
     convert: Callable[[Path, Path | None, str], dict[str, int]]
-    if recipe.data.format == "deepscaler":
-        from ..data.deepscaler import prepare as convert
-    else:
-        from ..data.math import prepare as convert
+    convert = convert_deepscaler if recipe.data.format == "deepscaler" else convert_math
 
     files = data_files(recipe)
     if all(f.is_file() for f in files):
@@ -275,8 +273,8 @@ def run_on_nodes(step: ConversionStep, output: Path) -> list[int]:
     pods are Ray nodes; the output directory is on the volume they all mount.
     """
     try:
-        import ray
-        from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+        import ray  # lazy: ray
+        from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy  # lazy: ray
     except ImportError as e:
         raise UserError(
             f"weight conversion step {step.name} runs on {step.nodes} nodes through Ray, which is not installed here"

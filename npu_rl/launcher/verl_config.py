@@ -4,6 +4,9 @@ Composes ``verl/trainer/config/<ppo_trainer|ppo_megatron_trainer>.yaml`` with
 the overrides exactly as ``verl.trainer.main_ppo`` would, so an unknown key, a
 value of the wrong type or a batch layout verl rejects is reported before Ray
 starts rather than minutes into a run.
+
+verl, hydra and omegaconf (the train extra; seconds with torch) are imported inside the functions that
+compose or validate (``# lazy: verl's stack``): the preflight imports this module for `npu-rl doctor` too.
 """
 
 from __future__ import annotations
@@ -17,7 +20,7 @@ from .spec import build_launch, hydra_args
 
 
 def verl_config_dir() -> Path:
-    import verl
+    import verl  # lazy: verl's stack
 
     return Path(verl.__file__).resolve().parent / "trainer" / "config"
 
@@ -29,7 +32,7 @@ def _key_of(override: str) -> tuple[str, bool]:
 
 
 def _select(cfg, key: str) -> Any:
-    from omegaconf import OmegaConf
+    from omegaconf import OmegaConf  # lazy: verl's stack
 
     try:
         return OmegaConf.select(cfg, key, throw_on_missing=False)
@@ -43,7 +46,7 @@ _FLOAT_KEYS = {"actor_rollout_ref.rollout.top_p", "actor_rollout_ref.rollout.val
 
 
 def _compatible(default: Any, value: Any) -> bool:
-    from omegaconf import DictConfig, ListConfig
+    from omegaconf import DictConfig, ListConfig  # lazy: verl's stack
 
     if default is None or value is None:
         return True
@@ -63,10 +66,10 @@ def _compatible(default: Any, value: Any) -> bool:
 
 def compose_verl_config(overrides: list[str], config_name: str = "ppo_trainer"):
     """Return verl's composed config; raise UserError on unknown or mistyped keys."""
-    from hydra import compose, initialize_config_dir
-    from hydra.core.global_hydra import GlobalHydra
-    from hydra.errors import HydraException
-    from omegaconf.errors import OmegaConfBaseException
+    from hydra import compose, initialize_config_dir  # lazy: verl's stack
+    from hydra.core.global_hydra import GlobalHydra  # lazy: verl's stack
+    from hydra.errors import HydraException  # lazy: verl's stack
+    from omegaconf.errors import OmegaConfBaseException  # lazy: verl's stack
 
     GlobalHydra.instance().clear()
     with initialize_config_dir(config_dir=str(verl_config_dir()), version_base=None):
@@ -95,8 +98,8 @@ def compose_verl_config(overrides: list[str], config_name: str = "ppo_trainer"):
 
 def validate_with_verl(cfg) -> None:
     """verl's own batch/parallelism validation (the assertions main_ppo runs)."""
-    from hydra.errors import InstantiationException
-    from verl.utils.config import validate_config
+    from hydra.errors import InstantiationException  # lazy: verl's stack
+    from verl.utils.config import validate_config  # lazy: verl's stack
 
     use_ref = bool(cfg.actor_rollout_ref.actor.use_kl_loss or cfg.algorithm.use_kl_in_reward)
     use_critic = cfg.algorithm.adv_estimator == "gae"

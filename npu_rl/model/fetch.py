@@ -7,6 +7,7 @@ import shutil
 from pathlib import Path
 
 from ..errors import UserError
+from .tokenizer_override import apply_override, resolve_override
 
 REQUIRED_FILES = ("config.json",)
 
@@ -31,8 +32,8 @@ def fetch(source: str, out: Path) -> Path:
     if source.startswith((".", "/")):
         raise UserError(f"model source {source!r} is not a directory")
     try:
-        from huggingface_hub import snapshot_download
-        from huggingface_hub.errors import HfHubHTTPError, HFValidationError
+        from huggingface_hub import snapshot_download  # lazy: huggingface_hub
+        from huggingface_hub.errors import HfHubHTTPError, HFValidationError  # lazy: huggingface_hub
     except ImportError as err:  # pragma: no cover - huggingface_hub ships with transformers
         raise UserError(f"huggingface_hub is not installed ({err})") from None
     out.mkdir(parents=True, exist_ok=True)
@@ -52,8 +53,6 @@ def fetch_for_recipe(source: str, out: Path, tokenizer_config: str | None = None
 
     Shared by `npu-rl model fetch` and `npu-rl prepare`, so both leave the same model directory.
     """
-    from .tokenizer_override import apply_override, resolve_override
-
     # Resolved first: a wrong override path should fail before a long download, not after it.
     override = resolve_override(tokenizer_config)
     out = fetch(source, out)

@@ -47,7 +47,7 @@ ITEMSIZE = {
 
 def dequantize(weight, scale_inv, block: tuple[int, int] = (BLOCK, BLOCK)):
     """``weight`` (float8, rows x cols) times its per-block ``scale_inv``, as bfloat16."""
-    import torch
+    import torch  # lazy: torch
 
     rows, cols = weight.shape
     br, bc = block
@@ -72,7 +72,7 @@ def _weight_map(src: Path) -> dict[str, str]:
     shards = sorted(p.name for p in src.glob("*.safetensors"))
     if not shards:
         raise UserError(f"{src}: no *.safetensors weights to cast")
-    from safetensors import safe_open
+    from safetensors import safe_open  # lazy: safetensors
 
     out = {}
     for shard in shards:
@@ -99,7 +99,7 @@ class _Shards:
         self._open: dict[str, Any] = {}  # shard file name -> safetensors safe_open handle
 
     def get(self, shard: str, name: str):
-        from safetensors import safe_open
+        from safetensors import safe_open  # lazy: safetensors
 
         if shard not in self._open:
             self._open[shard] = safe_open(str(self.src / shard), framework="pt")
@@ -113,7 +113,7 @@ def cast_shard(
     src: Path, shard: str, names: list[str], weight_map: dict[str, str], shards: _Shards, block: tuple[int, int]
 ) -> dict:
     """The BF16 tensors of one source shard (scales dropped, FP8 weights dequantised)."""
-    import torch
+    import torch  # lazy: torch
 
     out = {}
     for name in names:
@@ -148,7 +148,7 @@ def copy_hf_side_files(src: Path, dst: Path) -> list[Path]:
 
 
 def _write_index(dst: Path, weight_map: dict[str, str]) -> None:
-    from safetensors import safe_open
+    from safetensors import safe_open  # lazy: safetensors
 
     kept = {k: v for k, v in weight_map.items() if not k.endswith(SCALE_SUFFIX)}
     total = 0
@@ -168,7 +168,7 @@ def _write_index(dst: Path, weight_map: dict[str, str]) -> None:
 
 def cast_checkpoint(src: Path, dst: Path, show_progress: bool = True) -> dict[str, int]:
     """Cast ``src`` (FP8 HF checkpoint) into ``dst``; returns {"written": n, "skipped": m} shards."""
-    from safetensors.torch import save_file
+    from safetensors.torch import save_file  # lazy: safetensors, torch
 
     src, dst = Path(src), Path(dst)
     if not src.is_dir():
@@ -186,7 +186,7 @@ def cast_checkpoint(src: Path, dst: Path, show_progress: bool = True) -> dict[st
         stale.unlink()
     shards = _Shards(src)
     counts = {"written": 0, "skipped": 0}
-    from rich.progress import (
+    from rich.progress import (  # lazy: rich
         BarColumn,
         MofNCompleteColumn,
         Progress,

@@ -6,6 +6,8 @@ from __future__ import annotations
 from collections.abc import Iterable
 from pathlib import Path
 
+from .tokenizer_override import apply_override
+
 # Qwen2.5's special tokens, so chat templates and eos handling match the real model.
 SPECIAL_TOKENS = ["<|endoftext|>", "<|im_start|>", "<|im_end|>"]
 # The reward's format tags become single tokens so that a tiny model can learn them.
@@ -13,8 +15,8 @@ TAG_TOKENS = ["<think>", "</think>", "<answer>", "</answer>", "\\boxed{"]
 
 
 def train_tokenizer(texts: Iterable[str], vocab_size: int = 1024):
-    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
-    from transformers import PreTrainedTokenizerFast
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers  # lazy: tokenizers
+    from transformers import PreTrainedTokenizerFast  # lazy: transformers
 
     tok = Tokenizer(models.BPE())
     # Qwen2's pre-tokenizer splits numbers into single digits; so does this one,
@@ -57,10 +59,8 @@ def build_tiny_model(
     seed: int = 0,
     chat_template_override: Path | None = None,
 ) -> Path:
-    import torch
-    from transformers import GenerationConfig, Qwen2Config, Qwen2ForCausalLM
-
-    from .tokenizer_override import apply_override
+    import torch  # lazy: torch
+    from transformers import GenerationConfig, Qwen2Config, Qwen2ForCausalLM  # lazy: transformers
 
     out.mkdir(parents=True, exist_ok=True)
     tokenizer = train_tokenizer(texts, vocab_size=vocab_size)

@@ -19,6 +19,8 @@ from __future__ import annotations
 import random
 from pathlib import Path
 
+from ..data.math import INSTRUCTION, extract_ground_truth
+
 
 def target_response(solution: str, answer: str, boxed: bool = True) -> str:
     """The layout the MATH reward grades: numbered reasoning in <think>, boxed answer in <answer>."""
@@ -39,8 +41,6 @@ Example = tuple[list[int], int]  # token ids (prompt + response), prompt length
 
 def build_examples(tokenizer, rows: list[dict], prompt_suffix: str) -> list[dict[tuple[bool, bool], Example]]:
     """Every teacher answer to each row with a boxed answer, keyed (sign slipped, left unboxed)."""
-    from ..data.math import extract_ground_truth
-
     examples = []
     for row in rows:
         answer = extract_ground_truth(row["solution"])
@@ -76,11 +76,9 @@ def warm_start(
     for name, p in (("sign_error", sign_error), ("format_error", format_error)):
         if not 0.0 <= p <= 1.0:
             raise ValueError(f"{name} must be in [0, 1], got {p}")
-    import torch
-    from rich.progress import Progress
-    from transformers import AutoModelForCausalLM, AutoTokenizer
-
-    from ..data.math import INSTRUCTION
+    import torch  # lazy: torch
+    from rich.progress import Progress  # lazy: rich
+    from transformers import AutoModelForCausalLM, AutoTokenizer  # lazy: transformers
 
     torch.manual_seed(seed)
     rng = random.Random(seed)
@@ -92,7 +90,7 @@ def warm_start(
     sched = torch.optim.lr_scheduler.CosineAnnealingLR(optim, T_max=steps)
     pad = tokenizer.pad_token_id
     loss_value = float("nan")
-    from rich.console import Console
+    from rich.console import Console  # lazy: rich
 
     # Never rich's Jupyter display: in a notebook kernel (notebooks/) it re-renders on every step
     # and made the warm start 15x slower (8.5 min instead of 35 s).

@@ -1,13 +1,20 @@
 """Patches that make verl 0.6.1 do what the recipes need. Each lives in its own
 module as a ``guard.Patch`` (version guard, fingerprints checked as the patched
 modules are imported); ``NPU_RL_PATCHES`` (comma-separated names) selects which
-ones a run installs, in every process (see boot/sitecustomize.py)."""
+ones a run installs, in every process (see boot/sitecustomize.py).
+
+Every Python process of a run imports the selected patch modules, reward workers included, so importing one
+loads no verl, torch, ray, vllm, megatron, omegaconf, transformers, psutil nor the recipe schema (pydantic):
+each is imported inside the function that runs once verl's modules are there (``# lazy: ...``).
+cpu_rollout, which verl itself imports for the CPU rollout, is the exception."""
 
 from __future__ import annotations
 
 import importlib
 import os
 from pathlib import Path
+
+from .guard import APPLIED
 
 # name -> module defining PATCH (a guard.Patch), whose install() registers post-import hooks.
 PATCHES = {
@@ -52,8 +59,6 @@ def installed() -> list[str]:
 
 def applied() -> dict[str, list[str]]:
     """The patches that have changed code in this process so far, each with the functions that did."""
-    from .guard import APPLIED
-
     return {n: list(APPLIED[n]) for n in PATCHES if n in APPLIED}
 
 

@@ -18,9 +18,11 @@ from __future__ import annotations
 
 import json
 import os
+import socket
 from pathlib import Path
 from typing import Any
 
+from . import applied, installed, selected
 from .guard import RAY_TRAINER, Patch
 
 PATCH_NAME = "attest"
@@ -52,13 +54,9 @@ def patch_ray_trainer(original):
 
 def report(_actor: object = None) -> dict:
     """What this process installed; runs inside each worker actor (``__ray_call__`` passes the actor)."""
-    import socket
-
-    from . import applied, installed
-
     node_ip = node_id = None
     try:
-        import ray
+        import ray  # lazy: ray
 
         # The address the raylet was started with (--node-ip-address), which names the node in Ray.
         node_ip = ray._private.worker.global_worker.node_ip_address
@@ -78,9 +76,7 @@ def report(_actor: object = None) -> dict:
 
 def attest(trainer: Any) -> dict:
     """Ask every distinct worker actor of ``trainer`` for its patches; name what is missing."""
-    import ray
-
-    from . import selected
+    import ray  # lazy: ray
 
     want = [n for n in selected() if n != "rehearse"]
     handles: dict[str, Any] = {}

@@ -64,7 +64,7 @@ def rotate_after_save(root: Path, newest: int, keep: int) -> list[int]:
     (the launcher's fuller check, ``run_files.checkpoint_problem``, needs the recipe): a save that died
     before it neither counts toward the limit nor stays. Directories newer than ``newest`` are a damaged
     save this run has not reached again; the launcher's resume logic owns them."""
-    from ..run_files import DATALOADER_STATE, remove_steps, step_numbers, step_path
+    from ..run_files import DATALOADER_STATE, remove_steps, step_numbers, step_path  # lazy: recipe schema
 
     upto = [s for s in step_numbers(root) if s <= newest]
     kept = [s for s in upto if (step_path(root, s) / DATALOADER_STATE).is_file()][-keep:]

@@ -88,8 +88,8 @@ def verdict_error(path: Path) -> str | None:
 
 def probs_diff_mean(batch: Any, old_log_probs: Any) -> float:
     """verl's ``training/rollout_probs_diff_mean`` of ``batch``'s rollout log-probs against ``old_log_probs``."""
-    from verl import DataProto
-    from verl.utils.debug.metrics import calculate_debug_metrics
+    from verl import DataProto  # lazy: verl
+    from verl.utils.debug.metrics import calculate_debug_metrics  # lazy: verl
 
     tensors = {
         "rollout_log_probs": batch.batch["rollout_log_probs"],

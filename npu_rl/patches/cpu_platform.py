@@ -48,7 +48,7 @@ PATCH = Patch(PATCH_NAME, FINGERPRINTS)
 @PATCH.applies_to("torch")
 def _extend_torch_cpu(torch) -> None:
     def _mem_get_info(device=None):
-        import psutil
+        import psutil  # lazy: psutil
 
         vm = psutil.virtual_memory()
         return vm.available, vm.total
@@ -111,7 +111,7 @@ def _patch_fsdp_workers(mod) -> None:
         """FSDP1 without the accelerator-only arguments."""
 
         def __init__(self, module, *args, **kwargs):
-            import torch
+            import torch  # lazy: torch
 
             # An explicit CPU device: without one FSDP looks for an accelerator.
             kwargs["device_id"] = torch.device("cpu")
@@ -146,7 +146,7 @@ def _patch_fsdp_workers(mod) -> None:
 
     @functools.wraps(original_build_rollout)
     def _build_rollout(self, *args, **kwargs):
-        import torch
+        import torch  # lazy: torch
 
         result = original_build_rollout(self, *args, **kwargs)
         training_state = torch.get_rng_state()
@@ -160,8 +160,8 @@ def _patch_fsdp_workers(mod) -> None:
 
 @PATCH.applies_to("verl.utils.profiler.performance")
 def _patch_performance(mod) -> None:
-    import torch
-    import torch.distributed as dist
+    import torch  # lazy: torch
+    import torch.distributed as dist  # lazy: torch
 
     def topk_reduce_ratio_min_max(timing: float, k: int = 10):
         if not dist.is_initialized():

@@ -76,7 +76,7 @@ class CPURollout(HFRollout):
     def __init__(self, config, model_config, device_mesh):
         # HFRollout.__init__ has the pre-0.6 signature; set up as a BaseRollout instead.
         BaseRollout.__init__(self, config=config, model_config=model_config, device_mesh=device_mesh)
-        from transformers import AutoModelForCausalLM
+        from transformers import AutoModelForCausalLM  # lazy: transformers
 
         path = self.model_config.local_path or self.model_config.path
         self.module = AutoModelForCausalLM.from_pretrained(

@@ -15,6 +15,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from .hooks import when_imported
+
 # verl modules that several patches change or fingerprint.
 RAY_TRAINER = "verl.trainer.ppo.ray_trainer"
 RAY_BASE = "verl.single_controller.ray.base"
@@ -30,13 +32,13 @@ class PatchVersionError(RuntimeError):
 
 
 def installed_verl_version() -> str:
-    import verl
+    import verl  # lazy: verl
 
     return getattr(verl, "__version__", "unknown")
 
 
 def pinned_verl_version() -> str:
-    from .. import versions  # yaml and the pins file: only once verl is imported, not in every process
+    from .. import versions  # lazy: yaml and the pins file, once verl is imported
 
     return str(versions.get("verl.version"))
 
@@ -236,8 +238,6 @@ class Patch:
         return sorted({target.partition(":")[0] for target in self.fingerprints})
 
     def install(self) -> None:
-        from .hooks import when_imported
-
         when_imported("verl", self.require_version)
         for module_name, fns in self.hooks.items():
             for fn in fns:

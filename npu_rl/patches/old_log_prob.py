@@ -22,7 +22,7 @@ import dataclasses
 import functools
 from typing import Any
 
-from .consistency import REAL_PASS
+from .consistency import ENV, REAL_PASS
 from .guard import FSDP_WORKERS, MEGATRON_WORKERS, RAY_TRAINER, Patch
 
 PATCH_NAME = "old_log_prob"
@@ -84,7 +84,7 @@ def __getattr__(name: str) -> type:
     if name not in _ACTOR_CONFIGS:
         raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
     if name not in _config_classes:
-        import verl.workers.config as verl_configs
+        import verl.workers.config as verl_configs  # lazy: verl
 
         _config_classes[name] = dataclasses.make_dataclass(
             name,
@@ -97,8 +97,6 @@ def __getattr__(name: str) -> type:
 
 def gated(config: Any) -> bool:
     """The launch sets the consistency gate for every Ray worker (its runtime_env), the TaskRunner included."""
-    from .consistency import ENV
-
     env_vars = config.get("ray_kwargs", {}).get("ray_init", {}).get("runtime_env", {}).get("env_vars", {})
     return bool(env_vars.get(ENV))
 
@@ -156,8 +154,8 @@ def skipped_log_prob(batch: Any, temperature: float) -> Any:
 
     The real pass also hands the sampling temperature on to the update (its meta_info).
     """
-    import torch
-    from verl import DataProto
+    import torch  # lazy: torch
+    from verl import DataProto  # lazy: verl
 
     nan = torch.full(batch.batch["responses"].shape, float("nan"), dtype=torch.float32)
     return DataProto.from_dict(
@@ -167,8 +165,8 @@ def skipped_log_prob(batch: Any, temperature: float) -> Any:
 
 def entropy_metric(metrics: dict, loss_agg_mode: str) -> float:
     """Pop the workers' update entropies from ``metrics``; aggregate them as fit's old_log_prob branch does."""
-    import torch
-    from verl.trainer.ppo.core_algos import agg_loss
+    import torch  # lazy: torch
+    from verl.trainer.ppo.core_algos import agg_loss  # lazy: verl
 
     if ENTROPY_KEY not in metrics:
         raise RuntimeError(
@@ -245,7 +243,7 @@ def _on_policy_loss_getter(get_policy_loss_fn):
 
 
 def _tap_metrics(tap: list[tuple[Any, Any]]) -> dict:
-    import torch
+    import torch  # lazy: torch
 
     if not tap:  # a non-last pipeline stage computes no log-probs
         return {}
@@ -286,7 +284,7 @@ def patch_dp_actor(module: Any) -> None:
 
     @functools.wraps(original_forward)
     def _forward_micro_batch(self, micro_batch, temperature, calculate_entropy=False):
-        import torch
+        import torch  # lazy: torch
 
         tap = getattr(self, "_npu_rl_entropy_tap", None)
         if tap is None or not torch.is_grad_enabled():
@@ -333,7 +331,7 @@ def patch_megatron_actor(module: Any) -> None:
     original_fbb = cls.forward_backward_batch
 
     def update_policy(self, dataloader, original_update):
-        import torch
+        import torch  # lazy: torch
 
         if self.config.use_dynamic_bsz:
             # Dynamic batches reorder the micro-batches; the entropy rows would not match the masks.

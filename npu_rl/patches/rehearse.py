@@ -17,11 +17,13 @@ actor, rollout, ref and ``HFModelConfig``). The findings go to ``NPU_RL_REHEARSE
 from __future__ import annotations
 
 import functools
+import importlib
 import json
 import os
 from pathlib import Path
 from typing import Any
 
+from . import installed, selected
 from .guard import RAY_BASE, RAY_TRAINER, Patch
 
 PATCH_NAME = "rehearse"
@@ -87,8 +89,6 @@ def patch_ray_trainer(module: Any) -> None:
 
 
 def _write(report: dict) -> None:
-    from . import installed, selected
-
     have, want = installed(), selected()
     report["patches_in_trainer_process"] = have
     missing = sorted(set(want) - set(have))
@@ -121,9 +121,7 @@ def _constructed(trainer: Any) -> list[str]:
 
 def _placement_plan(manager: Any, build_pools, trainer: Any) -> dict:
     """The placement groups verl would reserve, packed onto the launch's nodes."""
-    import importlib
-
-    import ray
+    import ray  # lazy: ray
 
     base: Any = importlib.import_module(RAY_BASE)  # verl's module; placement_group is swapped below
     requested: list[dict] = []
@@ -183,8 +181,8 @@ def pack(requested: list[dict], nodes: list[dict]) -> dict:
 
 def _worker_configs(cfg: Any) -> list[str]:
     """The config dataclasses verl's ActorRolloutRefWorker builds before touching a device."""
-    from verl.utils.config import omega_conf_to_dataclass
-    from verl.workers.config import HFModelConfig
+    from verl.utils.config import omega_conf_to_dataclass  # lazy: verl
+    from verl.workers.config import HFModelConfig  # lazy: verl
 
     arr = cfg.actor_rollout_ref
     built = [omega_conf_to_dataclass(arr.model, dataclass_type=HFModelConfig)]

@@ -15,7 +15,9 @@ from __future__ import annotations
 import contextvars
 from typing import Any
 
+from ..reshard.layout import InferLayout, TrainLayout
 from .guard import MEGATRON_WORKERS, VLLM_ROLLOUT, Patch, PatchVersionError
+from .vllm_dp import expert_parallel_size
 
 PATCH_NAME = "reshard"
 
@@ -38,8 +40,8 @@ _worker: contextvars.ContextVar[Any] = contextvars.ContextVar("npu_rl_reshard_wo
 
 def parallel_info() -> dict[str, int]:
     """This rank's Megatron-core layout (a separate function so tests can stand in for mcore)."""
-    import torch.distributed as dist
-    from megatron.core import parallel_state as mpu
+    import torch.distributed as dist  # lazy: torch
+    from megatron.core import parallel_state as mpu  # lazy: megatron
 
     if mpu.get_expert_tensor_parallel_world_size() != mpu.get_tensor_model_parallel_world_size():
         raise PatchVersionError("reshard assumes expert TP == TP (Megatron-core's default)")
@@ -73,8 +75,7 @@ def _stage_sizes(num_layers: int, pp: int, tf_config: Any) -> tuple[int, ...] | 
 
 
 def build_request(worker: Any, actor_module: list, hf_config: Any, tf_config: Any):
-    from ..reshard.layout import InferLayout, TrainLayout
-    from ..reshard.verl_sync import (
+    from ..reshard.verl_sync import (  # lazy: torch
         ReshardRequest,
         bucket_bytes_from_env,
         cached_plan,
@@ -98,8 +99,6 @@ def build_request(worker: Any, actor_module: list, hf_config: Any, tf_config: An
         raise PatchVersionError(f"reshard: Megatron's rank order differs from the planner's ({mine} vs {info})")
     rollout = worker.config.rollout
     # With the vllm_dp patch the rollout EP is TP x VLLM_DP_SIZE (verl's own expert_parallel_size stays 1).
-    from .vllm_dp import expert_parallel_size
-
     infer = InferLayout(info["world"], tp=rollout.tensor_model_parallel_size, ep=expert_parallel_size(rollout))
     plan = cached_plan(shapes, train, infer, bucket_bytes_from_env())
 
@@ -159,7 +158,7 @@ def rollout_model(rollout: Any) -> Any:
 
 @PATCH.applies_to(VLLM_ROLLOUT)
 def patch_vllm_rollout(module: Any) -> None:
-    from ..reshard.verl_sync import ReshardRequest
+    from ..reshard.verl_sync import ReshardRequest  # lazy: torch
 
     for cls in (module.vLLMRollout, module.vLLMAsyncRollout):
         original = cls.update_weights

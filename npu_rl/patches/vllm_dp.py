@@ -140,13 +140,13 @@ def node_ip() -> str:
     ip = os.environ.get("HCCL_IF_IP")
     if ip:
         return ip
-    import ray
+    import ray  # lazy: ray
 
     return ray.util.get_node_ip_address()
 
 
 def gather_ips() -> list[str]:
-    import torch.distributed as dist
+    import torch.distributed as dist  # lazy: torch
 
     ips: list[Any] = [None] * dist.get_world_size()
     dist.all_gather_object(ips, node_ip())
@@ -155,7 +155,7 @@ def gather_ips() -> list[str]:
 
 def prepare_dp_env(config: Any, environ=os.environ) -> dict[str, str]:
     """Set this rank's ``VLLM_DP_*`` variables (a collective: every rank builds its rollout at once)."""
-    import torch.distributed as dist
+    import torch.distributed as dist  # lazy: torch
 
     dp = requested_dp(environ)
     if dp == 1:
@@ -175,7 +175,7 @@ def _plain_engine_kwargs(config: Any) -> None:
     if not kwargs or "vllm" not in kwargs or kwargs["vllm"] is None:
         return
     try:
-        from omegaconf import DictConfig, ListConfig, OmegaConf
+        from omegaconf import DictConfig, ListConfig, OmegaConf  # lazy: omegaconf
     except ImportError:  # pragma: no cover - verl depends on omegaconf
         return
     vllm_kwargs = kwargs["vllm"]
@@ -196,7 +196,7 @@ def _check_engine_groups(env: dict[str, str]) -> None:
     if not env:
         return
     try:
-        from vllm.distributed import parallel_state as vllm_ps
+        from vllm.distributed import parallel_state as vllm_ps  # lazy: vllm
     except ImportError:
         return
     group = getattr(vllm_ps, "_DP", None)

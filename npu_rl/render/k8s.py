@@ -29,7 +29,7 @@ from ..cluster.raynode import registered_resources
 from ..errors import UserError
 from ..image.spec import spec as image_spec
 from ..platform.devices import HOST_MOUNTS
-from ..recipe import parse_recipe
+from ..recipe import load_recipe, parse_recipe
 from ..recipe.schema import Recipe
 from .templating import environment
 
@@ -250,8 +250,6 @@ COMMITTED: list[tuple[str, str, int | None]] = [
 
 
 def render_committed(out_dir: Path) -> list[Path]:
-    from ..recipe import load_recipe
-
     written: list[Path] = []
     for recipe_name, target, nodes in COMMITTED:
         written += render_k8s(load_recipe(recipe_name), target, out_dir, nodes=nodes)

@@ -1,6 +1,9 @@
 """Training-health report of a run: the recipe's metric reading rules applied to
 its TensorBoard / JSONL curves, with PNG plots and one self-contained HTML page, a
-throughput card, and the comparison of a run with a baseline run."""
+throughput card, and the comparison of a run with a baseline run.
+
+matplotlib (about 0.5 s) and tensorboard's event reader (about 2 s), both the train extra, are imported where
+a plot is drawn or an event file read (``# lazy: ...``): curves from JSONL logs and the rules need neither."""
 
 from .builder import Report, build_report
 from .compare import Comparison, compare_runs

@@ -9,7 +9,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from jinja2 import Environment, PackageLoader, select_autoescape
+
+from ..dashboards import chart_links, running
 from ..errors import UserError
+from ..eval.table import CSV_NAME, ResultTable
 from .plots import Plot, plot_run, plot_throughput
 from .rules import Context, Finding, apply_rules, exit_code, notes
 from .scalars import load_run
@@ -42,8 +46,6 @@ class Report:
         return STATUS[self.exit_code]
 
     def links(self, metric: str) -> dict[str, str]:
-        from ..dashboards import chart_links
-
         return chart_links(self.dashboards, metric)
 
     def to_markdown(self) -> str:
@@ -77,8 +79,6 @@ def _eval_accuracy(table_path: Path | None) -> tuple[tuple[float, float, int] | 
     """(baseline %, newest trained %, its step) from an evaluation table, and the table as Markdown."""
     if table_path is None:
         return None, None
-    from ..eval.table import ResultTable
-
     table = ResultTable.read_csv(table_path)
     deltas = sorted((d for d in table.deltas() if d.metric == "accuracy"), key=lambda d: d.step)
     acc = (deltas[-1].baseline, deltas[-1].score, deltas[-1].step) if deltas else None
@@ -86,8 +86,6 @@ def _eval_accuracy(table_path: Path | None) -> tuple[tuple[float, float, int] | 
 
 
 def find_eval_table(run_dir: Path) -> Path | None:
-    from ..eval.table import CSV_NAME
-
     hits = sorted(run_dir.rglob(CSV_NAME), key=lambda p: p.stat().st_mtime)
     return hits[-1] if hits else None
 
@@ -128,8 +126,6 @@ def build_report(
     findings = apply_rules(ctx)
     out = Path(out_dir) if out_dir else run_dir / "report"
     out.mkdir(parents=True, exist_ok=True)
-    from ..dashboards import running
-
     report = Report(run_dir=run_dir, out_dir=out, findings=findings, notes=notes(ctx), dashboards=running(run_dir))
     report.plots = plot_run(series, findings, t, out / "plots")
     report.throughput = throughput_card(series, recipe, t.throughput.warmup_steps)
@@ -166,8 +162,6 @@ def build_report(
 
 def render_template(name: str, **context: Any) -> str:
     """One of the report's HTML templates (npu_rl/report/templates), autoescaped."""
-    from jinja2 import Environment, PackageLoader, select_autoescape
-
     env = Environment(loader=PackageLoader("npu_rl.report", "templates"), autoescape=select_autoescape(["j2", "html"]))
     return env.get_template(name).render(**context)
 

@@ -17,6 +17,7 @@ from typing import Any
 import numpy as np
 
 from ..errors import UserError
+from .builder import as_thresholds, render_template
 from .plots import Plot, plot_panel
 from .rules import validation_series
 from .scalars import Series, load_run
@@ -412,8 +413,6 @@ def compare_runs(
     """Compare RUN with BASE and write ``compare.json``, ``compare.md``, ``plots/*.png`` and
     ``compare.html`` to ``out_dir`` (default ``<RUN>/report/compare``). Runs of different recipes or
     conditions are a UserError unless ``force``."""
-    from .builder import as_thresholds
-
     t = as_thresholds(thresholds)
     base = side("BASE", Path(base_dir), base_recipe, t)
     run = side("RUN", Path(run_dir), run_recipe, t)
@@ -438,7 +437,5 @@ def compare_runs(
 
 
 def _render_html(comp: Comparison) -> str:
-    from .builder import render_template
-
     plots = [{"title": p.title, "data": base64.b64encode(p.path.read_bytes()).decode("ascii")} for p in comp.plots]
     return render_template("compare.html.j2", comp=comp, plots=plots)

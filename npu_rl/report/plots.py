@@ -62,10 +62,10 @@ def plot_panel(
 ) -> Path:
     """One chart of ``curves`` with the findings marked, healthy ``bands`` shaded and horizontal
     reference ``lines`` (value, label) drawn."""
-    import matplotlib
+    import matplotlib  # lazy: matplotlib
 
     matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    import matplotlib.pyplot as plt  # lazy: matplotlib
 
     fig, ax = plt.subplots(figsize=(7.5, 3.6), dpi=110)
     try:
@@ -117,7 +117,7 @@ def plot_panel(
 
 def _save(fig, ax, title: str, ylabel: str | None, path: Path, grid_axis: str = "both") -> None:
     """The axes every chart of the report shares (title, integer steps, grid, legend), written to ``path``."""
-    from matplotlib.ticker import MaxNLocator
+    from matplotlib.ticker import MaxNLocator  # lazy: matplotlib
 
     ax.set_title(title)
     ax.set_xlabel("step")
@@ -143,10 +143,10 @@ def plot_run(series: dict[str, Series], findings: list[Finding], t: Thresholds, 
 
 def plot_shares(title: str, steps: list[int], seconds: dict[str, list[float]], path: Path) -> Path:
     """Stacked bars: each step's time split into its parts (seconds)."""
-    import matplotlib
+    import matplotlib  # lazy: matplotlib
 
     matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    import matplotlib.pyplot as plt  # lazy: matplotlib
 
     fig, ax = plt.subplots(figsize=(7.5, 3.6), dpi=110)
     try:

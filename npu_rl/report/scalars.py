@@ -28,7 +28,7 @@ class Series:
 
 
 def _tensorboard_points(directory: Path) -> dict[str, dict[int, tuple[float, float]]]:
-    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator  # lazy: tensorboard
 
     # size_guidance 0 keeps every point; the default samples 10,000 scalars per tag.
     acc = EventAccumulator(str(directory), size_guidance={"scalars": 0})

@@ -9,13 +9,15 @@
 #
 # Being first on sys.path, this module hides the interpreter's own sitecustomize
 # (Debian's /usr/lib/python3.X/sitecustomize.py, a virtualenv's): that one is run too.
+import importlib.machinery as _machinery
+import importlib.util as _util
 import os as _os
 import sys as _sys
 
 
 def _install_patches() -> None:
     try:
-        from npu_rl.patches import install_from_env
+        from npu_rl.patches import install_from_env  # lazy: only with NPU_RL_PATCHES
 
         install_from_env()
     except Exception as err:
@@ -29,16 +31,13 @@ def _install_patches() -> None:
 
 def _chain() -> None:
     """Run the next ``sitecustomize`` on sys.path after this one, as Python would have without us."""
-    import importlib.machinery
-    import importlib.util
-
     here = _os.path.dirname(_os.path.abspath(__file__))
     entries = [_os.path.abspath(p or _os.getcwd()) for p in _sys.path]
     after = entries[entries.index(here) + 1 :] if here in entries else [p for p in entries if p != here]
-    spec = importlib.machinery.PathFinder.find_spec("sitecustomize", after)
+    spec = _machinery.PathFinder.find_spec("sitecustomize", after)
     if spec is None or spec.loader is None:
         return
-    module = importlib.util.module_from_spec(spec)
+    module = _util.module_from_spec(spec)
     spec.loader.exec_module(module)
 
 
