@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import os
+import random
 import shutil
 import signal
 import socket
@@ -47,13 +48,33 @@ PROBE = textwrap.dedent("""
 """)
 
 
-def free_ports(n: int) -> list[int]:
-    """``n`` distinct ports free right now (held open together so that none repeats)."""
-    socks = [socket.socket() for _ in range(n)]
+def _ephemeral_low() -> int:
     try:
-        for s in socks:
-            s.bind(("", 0))
-        return [s.getsockname()[1] for s in socks]
+        return int(Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()[0])
+    except (OSError, ValueError, IndexError):
+        return 32768
+
+
+def free_ports(n: int) -> list[int]:
+    """``n`` distinct ports free right now (held open together so that none repeats), below the kernel's
+    ephemeral range. A port from that range is what the OS hands to any bind to port 0 (Ray's workers,
+    its Prometheus exporters) between this choice and the raylet's own bind: seen in CI, a raylet's
+    runtime-env-agent port taken by an exporter that answered "HTTP 405: POST; use OPTIONS or GET"."""
+    rng, socks, ports = random.Random(), [], []
+    try:
+        while len(ports) < n:
+            port = rng.randint(20000, _ephemeral_low() - 1)
+            if port in ports:
+                continue
+            s = socket.socket()
+            try:
+                s.bind(("", port))
+            except OSError:
+                s.close()
+                continue
+            socks.append(s)
+            ports.append(port)
+        return ports
     finally:
         for s in socks:
             s.close()
