@@ -60,10 +60,10 @@ def free_ports(n: int) -> list[int]:
     ephemeral range. A port from that range is what the OS hands to any bind to port 0 (Ray's workers,
     its Prometheus exporters) between this choice and the raylet's own bind: seen in CI, a raylet's
     runtime-env-agent port taken by an exporter that answered "HTTP 405: POST; use OPTIONS or GET"."""
-    rng, socks, ports = random.Random(), [], []
+    rng, socks, ports, below = random.Random(), [], [], _ephemeral_low() - 1
     try:
         while len(ports) < n:
-            port = rng.randint(20000, _ephemeral_low() - 1)
+            port = rng.randint(20000, below)
             if port in ports:
                 continue
             s = socket.socket()
