@@ -24,6 +24,7 @@ or package's docstring).
     data                 datasets -> verl parquet
     run_files            where a run's files live (models, data, checkpoints, logs, eval output)
     recipe               the recipe schema and loading
+    console              what the terminal shows of long work: progress, events, the raw log's digest
     defaults, versions, paths, errors, exit_codes: the base, which imports nothing above it
 """
 

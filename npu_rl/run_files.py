@@ -44,6 +44,24 @@ def log_root(recipe: Recipe) -> Path:
     return resolve(recipe.logging.dir) / recipe.logging.project / recipe.logging.experiment
 
 
+CONSOLE_LOG = "console.log"
+
+
+def console_log(recipe: Recipe) -> Path:
+    """The raw output of a run's newest attempt: verl, its workers, Ray (the terminal shows a digest)."""
+    return log_root(recipe) / CONSOLE_LOG
+
+
+def new_console_log(recipe: Recipe) -> Path:
+    """``console.log`` for a new attempt; the one before is kept as ``console.<n>.log``, n counting attempts."""
+    path = console_log(recipe)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    if path.exists():
+        taken = [int(p.suffixes[0][1:]) for p in path.parent.glob("console.*.log") if p.suffixes[0][1:].isdigit()]
+        path.rename(path.with_name(f"console.{max(taken, default=0) + 1}.log"))
+    return path
+
+
 def eval_dir(recipe: Recipe) -> Path:
     """Where `npu-rl eval` writes by default: next to the run's logs, where `npu-rl report --run <log root>`
     finds the table."""

@@ -20,6 +20,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from ..console import noise
 from . import proctree
 from .probe import Address, Deadline
 
@@ -90,10 +91,19 @@ def kuberay_argv(generated: str, node_ip: str) -> list[str]:
 class RayNode:
     """A running `ray start --block`; its output is forwarded line by line with a prefix."""
 
-    def __init__(self, argv: list[str], env: Mapping[str, str], log: Callable[[str], None]):
+    def __init__(
+        self,
+        argv: list[str],
+        env: Mapping[str, str],
+        log: Callable[[str], None],
+        output: Callable[[str], None] | None = None,
+    ):
         self.argv = argv
         self.env = dict(env)
         self.log = log
+        # Where Ray's own lines go ("[ray] ..." on stderr unless told otherwise: `npu-rl train` keeps them
+        # in the run's console.log).
+        self.output = output or _to_stderr
         self.proc: subprocess.Popen[str] | None = None
         self._started = threading.Event()
         self._reader: threading.Thread | None = None
@@ -121,8 +131,8 @@ class RayNode:
         for line in self.proc.stdout:
             if STARTED_MARKER in line:
                 self._started.set()
-            sys.stderr.write("[ray] " + line)
-        sys.stderr.flush()
+            self.output(line)
+        self.output("")
 
     def wait_started(self, deadline: Deadline) -> bool:
         """True once Ray reports it is up; False if it exited first or the deadline passed."""
@@ -148,6 +158,16 @@ class RayNode:
         if self._reader is not None:
             self._reader.join(timeout=5)
         return code
+
+
+_QUIET = noise.Tracebacks()  # one `ray start` per npu-rl process writes to its stderr
+
+
+def _to_stderr(line: str) -> None:
+    """A pod's log: Ray's lines less the listed noise (npu_rl.console.noise); "" ends the stream."""
+    for kept in _QUIET.feed(line) if line else _QUIET.flush():
+        sys.stderr.write("[ray] " + kept)
+    sys.stderr.flush()
 
 
 def child_env(extra: Mapping[str, str]) -> dict[str, str]:

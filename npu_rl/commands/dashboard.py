@@ -14,7 +14,14 @@ from .argtypes import port
 
 
 def register(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser("dashboard", help="serve a run's TensorBoard and SwanLab (local) dashboards")
+    p = sub.add_parser(
+        "dashboard",
+        help="serve a run's TensorBoard and SwanLab (local) dashboards",
+        **options.examples(
+            "npu-rl dashboard --recipe tiny_math_cpu",
+            "npu-rl dashboard --run logs/verl_grpo_example_math/qwen2_5_1_5b_math --tensorboard",
+        ),
+    )
     p.add_argument("--run", type=Path, help="run directory (default: the recipe's log root)")
     options.add_recipe(p, required=False, help="the run's recipe (instead of --run)")
     p.add_argument("--tensorboard", action="store_true", help="serve TensorBoard (default: both)")

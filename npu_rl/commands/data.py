@@ -13,9 +13,23 @@ from .argtypes import open_fraction, output_dir
 
 
 def register(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser("data", help="prepare training data")
+    p = sub.add_parser(
+        "data",
+        help="prepare training data",
+        **options.examples(
+            "npu-rl data math --from data/MATH-lighteval --out data/math",
+            "npu-rl data deepscaler --from data/DeepScaleR-Preview --out data/deepscaler",
+        ),
+    )
     dsub = options.subcommands(p, "DATASET")
-    m = dsub.add_parser("math", help="MATH-lighteval parquet (problem, level, type, solution) -> verl format")
+    m = dsub.add_parser(
+        "math",
+        help="MATH-lighteval parquet (problem, level, type, solution) -> verl format",
+        **options.examples(
+            "npu-rl data math --from data/MATH-lighteval --out data/math   # omit --from to load it from the hub",
+            "npu-rl data math --from sample --out data/math-sample   # the bundled sample",
+        ),
+    )
     m.add_argument("--out", type=output_dir, required=True, help="writes OUT/train.parquet and OUT/test.parquet")
     m.add_argument(
         "--from",
@@ -29,6 +43,10 @@ def register(sub: argparse._SubParsersAction) -> None:
         "deepscaler",
         help="DeepScaleR-Preview deepscaler.json (problem, answer, solution) -> verl "
         "format, split in file order as cann-recipes-train's DeepSeek-R1 run does",
+        **options.examples(
+            "npu-rl data deepscaler --from data/DeepScaleR-Preview --out data/deepscaler",
+            "npu-rl data deepscaler --from deepscaler.json --out data/deepscaler --train-ratio 0.95",
+        ),
     )
     d.add_argument("--out", type=output_dir, required=True, help="writes OUT/train.parquet and OUT/test.parquet")
     d.add_argument(

@@ -12,7 +12,14 @@ _STYLE = {"ok": "green", "warn": "yellow", "fail": "bold red"}
 
 
 def register(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser("doctor", help="check that this host can run a recipe (devices, CANN, memory, disk, data)")
+    p = sub.add_parser(
+        "doctor",
+        help="check that this host can run a recipe (devices, CANN, memory, disk, data)",
+        **options.examples(
+            "npu-rl doctor --recipe qwen2_5_1_5b_math_a2_1card",
+            "npu-rl doctor --recipe qwen2_5_1_5b_math_a2_1card --job eval --free-port 6006",
+        ),
+    )
     options.add_recipe(p)
     p.add_argument("--job", choices=["train", "merge", "eval"], default="train", help="which job to check for")
     # Not --ray-port: any port the job needs, which is why it may be given several times.

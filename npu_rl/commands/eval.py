@@ -22,7 +22,12 @@ from . import options
 
 def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser(
-        "eval", help="evaluate the base model and a trained step (table: model, step, dataset, metric, score)"
+        "eval",
+        help="evaluate the base model and a trained step (table: model, step, dataset, metric, score)",
+        **options.examples(
+            "npu-rl eval --recipe qwen2_5_1_5b_math_a2_1card --step 280",
+            "npu-rl eval --recipe tiny_math_cpu --backend local --limit 20",
+        ),
     )
     options.add_recipe(p)
     which = p.add_mutually_exclusive_group()

@@ -11,9 +11,20 @@ from . import options
 
 
 def register(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser("image", help="build or push the container images")
+    p = sub.add_parser(
+        "image",
+        help="build or push the container images",
+        **options.examples("npu-rl image build --variant a2", "npu-rl image build --variant cpu"),
+    )
     isub = options.subcommands(p, "ACTION")
-    b = isub.add_parser("build", help="build an image with the pins from configs/versions.yaml")
+    b = isub.add_parser(
+        "build",
+        help="build an image with the pins from configs/versions.yaml",
+        **options.examples(
+            "npu-rl image build --variant a2   # npu-rl:<version>-a2, for Atlas A2",
+            "npu-rl image build --variant a3 --target eval --tag registry.example.com/npu-rl:a3-eval --push",
+        ),
+    )
     b.add_argument("--variant", choices=VARIANTS, default="a2", help="Atlas A2, Atlas A3 or the CPU image")
     b.add_argument(
         "--target",

@@ -8,7 +8,14 @@ from . import options
 
 
 def register(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser("merge", help="merge a checkpoint's FSDP shards into a Hugging Face model")
+    p = sub.add_parser(
+        "merge",
+        help="merge a checkpoint's FSDP shards into a Hugging Face model",
+        **options.examples(
+            "npu-rl merge --recipe qwen2_5_1_5b_math_a2_1card   # the newest checkpoint",
+            "npu-rl merge --recipe qwen2_5_1_5b_math_a2_1card --step 280",
+        ),
+    )
     options.add_recipe(p)
     p.add_argument("--step", type=int, default=None, help="global step to merge (default: latest)")
     p.set_defaults(func=run)

@@ -11,10 +11,24 @@ from .argtypes import output_dir, positive_int, probability
 
 
 def register(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser("model", help="build a tiny CPU model or fetch real weights")
+    p = sub.add_parser(
+        "model",
+        help="build a tiny CPU model or fetch real weights",
+        **options.examples(
+            "npu-rl model tiny --out models/tiny-qwen2",
+            "npu-rl model fetch Qwen/Qwen2.5-1.5B-Instruct --out models/Qwen2.5-1.5B-Instruct",
+        ),
+    )
     msub = options.subcommands(p, "ACTION")
 
-    t = msub.add_parser("tiny", help="random tiny Qwen2 + locally trained BPE tokenizer (no download)")
+    t = msub.add_parser(
+        "tiny",
+        help="random tiny Qwen2 + locally trained BPE tokenizer (no download)",
+        **options.examples(
+            "npu-rl model tiny --out models/tiny-qwen2   # the model of tiny_math_cpu",
+            "npu-rl model tiny --out models/tiny-qwen2 --warm-start-steps 0   # left random",
+        ),
+    )
     t.add_argument("--out", type=output_dir, required=True)
     options.add_recipe(t, required=False, default="tiny_math_cpu", help="recipe whose chat template and data to use")
     t.add_argument("--hidden-size", type=positive_int, default=64)
@@ -40,13 +54,28 @@ def register(sub: argparse._SubParsersAction) -> None:
     )
     t.set_defaults(func=_tiny)
 
-    f = msub.add_parser("fetch", help="download REPO_ID (or copy a local dir) and apply the recipe's tokenizer config")
+    f = msub.add_parser(
+        "fetch",
+        help="download REPO_ID (or copy a local dir) and apply the recipe's tokenizer config",
+        **options.examples(
+            "npu-rl model fetch Qwen/Qwen2.5-1.5B-Instruct --out models/Qwen2.5-1.5B-Instruct "
+            "--recipe qwen2_5_1_5b_math_a2_1card",
+            "npu-rl model fetch /mnt/share/Qwen2.5-1.5B-Instruct --out models/Qwen2.5-1.5B-Instruct",
+        ),
+    )
     f.add_argument("source", help="hub repo id (e.g. Qwen/Qwen2.5-1.5B-Instruct) or a local directory")
     f.add_argument("--out", type=output_dir, required=True)
     options.add_recipe(f, required=False, help="recipe whose model.tokenizer_config to apply")
     f.set_defaults(func=_fetch)
 
-    c = msub.add_parser("fp8-cast", help="cast a DeepSeek-V3/R1 FP8 HF checkpoint to BF16 on the CPU (resumable)")
+    c = msub.add_parser(
+        "fp8-cast",
+        help="cast a DeepSeek-V3/R1 FP8 HF checkpoint to BF16 on the CPU (resumable)",
+        **options.examples(
+            "npu-rl model fp8-cast --input-fp8-hf-path models/DeepSeek-R1 "
+            "--output-bf16-hf-path models/DeepSeek-R1-bf16",
+        ),
+    )
     # Flag names as DeepSeek's inference/fp8_cast_bf16.py, which this replaces (it needs CUDA and triton).
     c.add_argument("--input-fp8-hf-path", required=True, metavar="DIR", help="the FP8 checkpoint as published")
     c.add_argument(

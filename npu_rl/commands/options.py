@@ -26,6 +26,15 @@ def load(args: argparse.Namespace) -> Any:
     return load_recipe(args.recipe, parse_set_args(args.set))
 
 
+def examples(*lines: str) -> dict[str, Any]:
+    """``add_parser`` keywords that end a job's ``--help`` with its examples, one command line each
+    (``npu-rl ...``, a trailing ``# comment`` allowed), laid out as written."""
+    return {
+        "epilog": "examples:\n" + "\n".join(f"  {line}" for line in lines),
+        "formatter_class": argparse.RawDescriptionHelpFormatter,
+    }
+
+
 def subcommands(p: argparse.ArgumentParser, metavar: str) -> argparse._SubParsersAction:
     """The one way a job has subcommands (`npu-rl model tiny`): each sets ``func`` itself."""
     sub = p.add_subparsers(dest="subcommand", metavar=metavar)

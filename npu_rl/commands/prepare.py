@@ -11,7 +11,12 @@ from .data import source_path
 
 def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser(
-        "prepare", help="put the recipe's model, data and converted weights in place (skips what exists)"
+        "prepare",
+        help="put the recipe's model, data and converted weights in place (skips what exists)",
+        **options.examples(
+            "npu-rl prepare --recipe qwen2_5_1_5b_math_a2_1card --dry-run",
+            "npu-rl prepare --recipe qwen2_5_1_5b_math_a2_1card --model-source /mnt/share/Qwen2.5-1.5B-Instruct",
+        ),
     )
     options.add_recipe(p)
     # Empty values mean "not given", so compose can pass unset variables straight through.

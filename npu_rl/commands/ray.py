@@ -47,10 +47,24 @@ def _starts_ray(p: argparse.ArgumentParser) -> None:
 
 
 def register(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser("ray", help="start a Ray head or worker on this node, or wait for the cluster")
+    p = sub.add_parser(
+        "ray",
+        help="start a Ray head or worker on this node, or wait for the cluster",
+        **options.examples(
+            "npu-rl ray head --nodes 2 --devices 16 -- npu-rl train --recipe /etc/npu-rl/recipe.yaml",
+            "npu-rl ray worker --devices 16",
+        ),
+    )
     rsub = options.subcommands(p, "ROLE")
 
-    h = rsub.add_parser("head", help="start the Ray head; with `-- COMMAND`, run it once all nodes joined")
+    h = rsub.add_parser(
+        "head",
+        help="start the Ray head; with `-- COMMAND`, run it once all nodes joined",
+        **options.examples(
+            "npu-rl ray head --nodes 2 --devices 16 -- npu-rl train --recipe /etc/npu-rl/recipe.yaml",
+            "npu-rl ray head --recipe deepseek_r1_671b_a3 --ifname eth0 --no-dashboard",
+        ),
+    )
     _common(h)
     _starts_ray(h)
     h.add_argument("--nodes", type=int, default=None, help="nodes to wait for, head included")
@@ -75,7 +89,14 @@ def register(sub: argparse._SubParsersAction) -> None:
     )
     h.set_defaults(func=_head)
 
-    w = rsub.add_parser("worker", help="join the head (retrying) and exit when the head is gone")
+    w = rsub.add_parser(
+        "worker",
+        help="join the head (retrying) and exit when the head is gone",
+        **options.examples(
+            "npu-rl ray worker --devices 16   # the head from the launcher environment (MASTER_ADDR)",
+            "npu-rl ray worker --address 10.0.0.1:6379 --devices 16 --ifname eth0",
+        ),
+    )
     _common(w)
     _starts_ray(w)
     w.add_argument("--address", default=None, help="head HOST[:PORT] (default: from the launcher environment)")
@@ -99,7 +120,14 @@ def register(sub: argparse._SubParsersAction) -> None:
     )
     w.set_defaults(func=_worker)
 
-    t = rsub.add_parser("wait", help="wait until all nodes and NPUs joined; fail naming what is missing")
+    t = rsub.add_parser(
+        "wait",
+        help="wait until all nodes and NPUs joined; fail naming what is missing",
+        **options.examples(
+            "npu-rl ray wait --nodes 16 --devices 16 --wait-timeout 1800",
+            "npu-rl ray wait --recipe deepseek_r1_671b_a3 --address 10.0.0.1:6379",
+        ),
+    )
     _common(t)
     t.add_argument("--address", default=None, help="head HOST[:PORT] (default: launcher env, else this node)")
     t.add_argument("--nodes", type=int, default=None, help="nodes expected, head included")

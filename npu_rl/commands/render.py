@@ -11,14 +11,32 @@ from . import options
 
 
 def register(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser("render", help="render compose / Kubernetes files from recipes")
+    p = sub.add_parser(
+        "render",
+        help="render compose / Kubernetes files from recipes",
+        **options.examples(
+            "npu-rl render compose",
+            "npu-rl render k8s --recipe deepseek_r1_671b_a3 --target kuberay --out k8s",
+        ),
+    )
     rsub = options.subcommands(p, "TARGET")
 
-    c = rsub.add_parser("compose", help="render compose/docker-compose.yml")
+    c = rsub.add_parser(
+        "compose",
+        help="render compose/docker-compose.yml",
+        **options.examples("npu-rl render compose", "npu-rl render compose --out /tmp/compose"),
+    )
     c.add_argument("--out", type=Path, default=None, help="output directory (default: compose/)")
     c.set_defaults(func=_compose)
 
-    k = rsub.add_parser("k8s", help="render a Volcano Job or KubeRay RayJob for a recipe")
+    k = rsub.add_parser(
+        "k8s",
+        help="render a Volcano Job or KubeRay RayJob for a recipe",
+        **options.examples(
+            "npu-rl render k8s --recipe deepseek_r1_671b_a3 --out k8s   # a Volcano Job",
+            "npu-rl render k8s --recipe deepseek_r1_671b_a3 --target kuberay --nodes 2 --out /tmp/k8s",
+        ),
+    )
     options.add_recipe(k)
     k.add_argument(
         "--target",
@@ -37,7 +55,11 @@ def register(sub: argparse._SubParsersAction) -> None:
     )
     k.set_defaults(func=_k8s)
 
-    a = rsub.add_parser("all", help="re-render every committed file (compose/ and k8s/)")
+    a = rsub.add_parser(
+        "all",
+        help="re-render every committed file (compose/ and k8s/)",
+        **options.examples("npu-rl render all   # after changing a recipe or configs/versions.yaml"),
+    )
     a.set_defaults(func=_all)
 
 

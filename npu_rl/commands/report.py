@@ -14,7 +14,14 @@ from . import options
 
 
 def register(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser("report", help="training-health report of a run (exit 0 healthy, 1 warnings, 2 critical)")
+    p = sub.add_parser(
+        "report",
+        help="training-health report of a run (exit 0 healthy, 1 warnings, 2 critical)",
+        **options.examples(
+            "npu-rl report --recipe qwen2_5_1_5b_math_a2_1card   # the recipe's run, under logs/",
+            "npu-rl report --compare baseline-run/ qwen2_5_1_5b_math_a2_1card   # an earlier run vs the recipe's",
+        ),
+    )
     which = p.add_mutually_exclusive_group()
     which.add_argument(
         "--run",

@@ -9,7 +9,14 @@ from . import options
 
 
 def register(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser("train", help="train a recipe with verl GRPO (resumes from the latest checkpoint)")
+    p = sub.add_parser(
+        "train",
+        help="train a recipe with verl GRPO (resumes from the latest checkpoint)",
+        **options.examples(
+            "npu-rl train --recipe tiny_math_cpu --prepare   # on the CPU, once `npu-rl model tiny` made its model",
+            "npu-rl train --recipe qwen2_5_1_5b_math_a2_1card --dry-run",
+        ),
+    )
     options.add_recipe(p)
     p.add_argument("--dry-run", action="store_true", help="print the environment and verl command, run nothing")
     p.add_argument(
@@ -21,6 +28,12 @@ def register(sub: argparse._SubParsersAction) -> None:
         "--prepare",
         action="store_true",
         help="first fetch the model, convert the data and weights where missing (as `npu-rl prepare`)",
+    )
+    p.add_argument(
+        "--verbose",
+        action="store_true",
+        help="show verl's and Ray's whole output instead of the progress line (also: NPU_RL_VERBOSE=1); "
+        "it is always kept in the run's console.log",
     )
     options.add_ray_port(p, "GCS port of the local Ray head (default: a free one)")
     p.set_defaults(func=run)
@@ -47,16 +60,15 @@ def run(args: argparse.Namespace) -> int:
 
     try:
         with proctree.reaped(), proctree.signals_raise():
-            result = run_training(recipe, ray_port=args.ray_port)
+            result = run_training(recipe, ray_port=args.ray_port, verbose=args.verbose)
     except proctree.Terminated as stop:
         print(f"npu-rl: {stop}: stopped before training began", file=sys.stderr)
         return stop.exit_code
     if result.error:
-        print(f"npu-rl: error: {result.error} (log: {result.log_file})", file=sys.stderr)
-        return result.exit_code
-    if result.exit_code != 0:
+        print(f"npu-rl: error: {result.error} (console log: {result.log_file})", file=sys.stderr)
+    elif result.exit_code != 0:  # a signal ended it: the stop was asked for, nothing failed
         print(
-            f"npu-rl: training exited with code {result.exit_code}; checkpoints up to step "
-            f"{result.end_step} are kept, re-run to resume (log: {result.log_file})"
+            f"npu-rl: training stopped (exit code {result.exit_code}); checkpoints up to step "
+            f"{result.end_step} are kept, re-run to resume (console log: {result.log_file})"
         )
     return result.exit_code

@@ -7,6 +7,7 @@ import sys
 from pathlib import Path
 
 from .. import run_files
+from ..console.progress import activity
 from ..errors import UserError
 from ..recipe.schema import Recipe
 from .preflight import preflight
@@ -41,8 +42,8 @@ def merge(recipe: Recipe, step: int | None = None) -> Path:
         "--target_dir",
         str(target),
     ]
-    print(f"merging global_step_{step} -> {target}", flush=True)
-    proc = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    with activity(f"merging global_step_{step} -> {target}"):
+        proc = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     if proc.returncode != 0:
         tail = "\n".join(proc.stdout.strip().splitlines()[-15:])
         raise UserError(f"verl.model_merger failed for {actor} (exit {proc.returncode}):\n{tail}", exit_code=1)

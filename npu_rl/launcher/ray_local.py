@@ -8,6 +8,8 @@ that is in use is refused earlier, by the train preflight (``npu-rl doctor``'s p
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 from ..cluster.probe import Deadline, free_port
 from ..cluster.raynode import NodeSpec, RayNode, child_env, head_argv
 from ..errors import UserError
@@ -23,6 +25,8 @@ class LocalRayHead:
         env: dict[str, str],
         startup_timeout: float = 120.0,
         inherit: bool = True,
+        log: Callable[[str], None] | None = None,
+        output: Callable[[str], None] | None = None,
     ):
         self.port = port or free_port()
         # Ray's client server defaults to port 10001 on every head; a second run on the
@@ -42,9 +46,11 @@ class LocalRayHead:
         self.node = RayNode(
             head_argv(spec, self.port),
             child_env(env) if inherit else dict(env),
-            log=lambda line: print(f"npu-rl: {line}"),
+            log=log or (lambda line: print(f"npu-rl: {line}")),
+            output=output,
         )
         self.startup_timeout = startup_timeout
+        self.where = "the [ray] lines above" if output is None else "its [ray] lines in the run's console.log"
 
     @property
     def address(self) -> str:
@@ -54,7 +60,7 @@ class LocalRayHead:
         self.node.start()
         if not self.node.wait_started(Deadline(self.startup_timeout)):
             code = self.node.stop()
-            raise UserError(f"ray head on {self.address} did not start (exit code {code}); see the [ray] lines above")
+            raise UserError(f"ray head on {self.address} did not start (exit code {code}); see {self.where}")
         return self
 
     def stop(self) -> None:

@@ -10,20 +10,23 @@ from __future__ import annotations
 import contextlib
 import json
 import os
-import re
 import shlex
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TextIO
 
 from .. import run_files
 from ..cluster import proctree
 from ..cluster.crossnode import check_cluster
 from ..cluster.membership import connected
 from ..cluster.nodewatch import Departure, NodeWatch
+from ..console.train import TrainConsole, choose_mode
+from ..console.train import clock as clock_text
 from ..errors import UserError
 from ..exit_codes import Exit
 from ..patches.consistency import verdict_error
@@ -34,9 +37,7 @@ from .ray_local import LocalRayHead
 from .spec import LaunchSpec, build_launch
 from .watchdog import StepClock, Watchdog, dump_stacks, hang_message
 
-# A training step's console line (verl/utils/tracking.py), as the TaskRunner's output reaches the driver
-# ("(TaskRunner pid=N) step:1 - actor/...").
-_STEP_LINE = re.compile(r"\bstep:(\d+) - ")
+_LOG_LOCK = threading.Lock()  # Ray's output thread and the run's stream share console.log
 # After a failed run, how long a node's departure that caused it may take to show in Ray's node table.
 _DEPARTURE_SETTLE_S = 10.0
 
@@ -47,11 +48,11 @@ class TrainResult:
     seconds: float
     start_step: int | None
     end_step: int | None
-    log_file: Path
-    error: str | None = None  # one line when npu-rl, not verl, stopped the run
+    log_file: Path  # the attempt's console.log
+    error: str | None = None  # one line: why the run failed (npu-rl stopped it, or verl's own exception)
 
 
-def run_training(recipe: Recipe, *, ray_port: int | None = None) -> TrainResult:
+def run_training(recipe: Recipe, *, ray_port: int | None = None, verbose: bool = False) -> TrainResult:
     spec = build_launch(recipe)
     for note in spec.notes:
         print(f"npu-rl: {note}", flush=True)
@@ -62,7 +63,7 @@ def run_training(recipe: Recipe, *, ray_port: int | None = None) -> TrainResult:
             f"total_training_steps {total}; nothing to train (raise algorithm.total_training_steps to go on)",
             flush=True,
         )
-        return TrainResult(0, 0.0, spec.start_step, spec.start_step, spec.log_dir / "train.log")
+        return TrainResult(0, 0.0, spec.start_step, spec.start_step, run_files.console_log(recipe))
     address = os.environ.get("RAY_ADDRESS")
     if not address and recipe.resources.nnodes > 1:
         raise UserError(
@@ -75,11 +76,38 @@ def run_training(recipe: Recipe, *, ray_port: int | None = None) -> TrainResult:
     spec.attest_file.unlink(missing_ok=True)
     if spec.consistency_file is not None:
         spec.consistency_file.unlink(missing_ok=True)
-    log_file = spec.log_dir / "train.log"
-    if spec.start_step is not None and recipe.checkpoint.resume == "auto":
-        print(f"npu-rl: resuming {recipe.logging.experiment} from global_step_{spec.start_step}", flush=True)
+    log_file = run_files.new_console_log(recipe)
+    mode = choose_mode(verbose, sys.stdout)
+    resumed = spec.start_step is not None and recipe.checkpoint.resume == "auto"
+    print(
+        f"npu-rl: {'resuming' if resumed else 'training'} {recipe.logging.experiment}"
+        + (f" from global_step_{spec.start_step}" if resumed else "")
+        + (f" for {total} steps" if total else "")
+        + f"; verl's and Ray's output: {log_file}"
+        + ("" if mode == "raw" else " (--verbose shows it here)"),
+        flush=True,
+    )
+    gate_max = recipe.consistency.max_probs_diff_mean if spec.consistency_file is not None else None
+    with (
+        open(log_file, "a", encoding="utf-8") as log,
+        TrainConsole(mode=mode, total=total, start_step=spec.start_step or 0, gate_max=gate_max) as console,
+    ):
+        code, error = _attempt(spec, recipe, address, ray_port, log, console)
+    seconds = time.monotonic() - console.state.started
+    if code == 0:  # after the live line is gone, so that this is the screen's last line
+        print(
+            f"npu-rl: finished at global_step_{run_files.latest_step(recipe)} in {clock_text(seconds)}; "
+            f"verl's and Ray's output: {log_file}",
+            flush=True,
+        )
+    run_files.rotate_checkpoints(recipe)
+    return TrainResult(code, seconds, spec.start_step, run_files.latest_step(recipe), log_file, error)
 
-    t0 = time.monotonic()
+
+def _attempt(
+    spec: LaunchSpec, recipe: Recipe, address: str | None, ray_port: int | None, log: TextIO, console: TrainConsole
+) -> tuple[int, str | None]:
+    """One run of verl from the newest checkpoint: (exit code, the one-line reason when it failed)."""
     clock = StepClock(recipe.watchdog, heavy_every=(recipe.checkpoint.save_freq, recipe.checkpoint.test_freq))
     if address:
         # A multi-node cluster brought up by `npu-rl ray head`; the spec's runtime_env reaches its workers.
@@ -93,7 +121,7 @@ def run_training(recipe: Recipe, *, ray_port: int | None = None) -> TrainResult:
                 )
             nodes = NodeWatch(lambda: clock.last_step).start()
             try:
-                code, error = _run(spec, {"RAY_ADDRESS": address}, log_file, clock)
+                code, error = _run(spec, {"RAY_ADDRESS": address}, log, clock, console)
                 if code not in (0, Exit.HUNG) and code < 128:  # >128: a signal (the pod stopped), no failure
                     code, error = _departed(nodes.settle(_DEPARTURE_SETTLE_S), code, error)
                 elif code == Exit.HUNG:
@@ -115,15 +143,26 @@ def run_training(recipe: Recipe, *, ray_port: int | None = None) -> TrainResult:
             num_cpus=max(res.world_size + 2, os.cpu_count() or 1),
             npus=npus,
             env={**spec.env, **device_env},
+            log=lambda line: _keep(log, f"npu-rl: {line}\n"),
+            output=lambda line: _keep(log, f"[ray] {line}" if line else ""),
         )
         with head:
-            code, error = _run(spec, {**device_env, "RAY_ADDRESS": head.address}, log_file, clock)
+            code, error = _run(spec, {**device_env, "RAY_ADDRESS": head.address}, log, clock, console)
     if code not in (0, Exit.TERMINATED) and spec.consistency_file is not None:
         gate = verdict_error(spec.consistency_file)
         if gate:  # the gate raised in the TaskRunner, and verl exited on it
             code, error = Exit.INCONSISTENT, gate
-    run_files.rotate_checkpoints(recipe)
-    return TrainResult(code, time.monotonic() - t0, spec.start_step, run_files.latest_step(recipe), log_file, error)
+    if error is None and code != 0 and code < 128 and code != Exit.TERMINATED:
+        # verl's own failure: its exception's last line, not the traceback, reaches the terminal.
+        error = f"training exited with code {code}" + (f": {why}" if (why := console.error_line()) else "")
+        error += f"; checkpoints up to step {run_files.latest_step(recipe)} are kept, re-run to resume"
+    return code, error
+
+
+def _keep(log: TextIO, text: str) -> None:
+    with _LOG_LOCK:
+        log.write(text)
+        log.flush()
 
 
 def _select_npus(needed: int) -> tuple[int, dict[str, str]]:
@@ -174,14 +213,17 @@ def _departed(gone: list[Departure], code: int, error: str | None) -> tuple[int,
     return Exit.NODE_LOST, f"{lines}; {then}; a restart of the job resumes from the newest complete checkpoint"
 
 
-def _run(spec: LaunchSpec, host_env: dict[str, str], log_file: Path, clock: StepClock) -> tuple[int, str | None]:
-    """Run the spec's argv, streaming its output to the console and ``log_file``; stop it on SIGTERM/SIGINT
-    and when the watchdog finds it hung."""
+def _run(
+    spec: LaunchSpec, host_env: dict[str, str], log: TextIO, clock: StepClock, console: TrainConsole | None = None
+) -> tuple[int, str | None]:
+    """Run the spec's argv, its output to ``log`` (an open console.log) and through ``console`` to the
+    terminal; stop it on SIGTERM/SIGINT and when the watchdog finds it hung."""
     full_env = {**os.environ, **spec.env, **host_env}
     error, attested = None, False
     hang: dict[str, str] = {}
-    with open(log_file, "a", encoding="utf-8") as log, proctree.signals_raise():
-        log.write(f"\n$ {shlex.join(spec.argv)}\n")
+    console = console or TrainConsole(mode="raw", total=None, start_step=0)
+    with proctree.signals_raise():
+        _keep(log, f"\n$ {shlex.join(spec.argv)}\n")
         # Its own session: a terminal's Ctrl-C reaches npu-rl alone, which stops verl in order.
         proc = subprocess.Popen(
             list(spec.argv),
@@ -215,12 +257,11 @@ def _run(spec: LaunchSpec, host_env: dict[str, str], log_file: Path, clock: Step
         try:
             with watchdog:
                 for line in proc.stdout:
-                    sys.stdout.write(line)
-                    log.write(line)
-                    step = _STEP_LINE.search(line)
-                    if step:
-                        clock.step(int(step.group(1)))
-                    if not attested and step:
+                    _keep(log, line)
+                    step = console.feed(line)
+                    if step is not None:
+                        clock.step(step)
+                    if not attested and step is not None:
                         attested = True  # the workers reported before fit() began, or never will
                         error = attestation_error(spec, training_started=True)
                         if error:

@@ -11,6 +11,8 @@ compose or validate (``# lazy: verl's stack``): the preflight imports this modul
 
 from __future__ import annotations
 
+import contextlib
+import io
 from pathlib import Path
 from typing import Any
 
@@ -104,14 +106,19 @@ def validate_with_verl(cfg) -> None:
     use_ref = bool(cfg.actor_rollout_ref.actor.use_kl_loss or cfg.algorithm.use_kl_in_reward)
     use_critic = cfg.algorithm.adv_estimator == "gae"
     try:
-        # validate_config also builds the actor config dataclass, as every worker will.
-        validate_config(config=cfg, use_reference_policy=use_ref, use_critic=use_critic)
+        # validate_config also builds the actor config dataclass, as every worker will. It prints its success
+        # (verl/utils/config.py 201), which is no news to a user; whatever else it prints is passed on.
+        with contextlib.redirect_stdout(io.StringIO()) as said:
+            validate_config(config=cfg, use_reference_policy=use_ref, use_critic=use_critic)
     except InstantiationException as err:
         msg = " ".join(str(err).split())
         raise UserError(f"verl cannot build the recipe's actor config: {msg}") from None
     except (AssertionError, ValueError) as err:
         msg = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
         raise UserError(f"verl rejects the recipe's batch/parallel layout: {msg}") from None
+    for line in said.getvalue().splitlines():
+        if line.strip() and not line.startswith("[validate_config] All configuration checks passed"):
+            print(line)
     try:
         check_old_log_prob(cfg)
     except ValueError as err:

@@ -31,6 +31,7 @@ from pathlib import Path
 
 import psutil
 import yaml
+from console_steps import shown_steps
 from test_ray_cluster import HEAD_PORT_FLAGS, NODE_PORT_FLAGS, free_ports, port_args, processes_naming, wait_until
 
 from npu_rl import run_files
@@ -166,12 +167,12 @@ class Pods:
 
     def wait_for_step(self, step: int, timeout: float = 400) -> None:
         wait_until(
-            lambda: f"step:{step} - " in self.log("head") or self.procs["head"].poll() is not None,
+            lambda: step in shown_steps(self.log("head")) or self.procs["head"].poll() is not None,
             timeout,
             f"step {step} in the head's log",
             poll=0.5,
         )
-        assert f"step:{step} - " in self.log("head"), self.log("head")[-3000:]
+        assert step in shown_steps(self.log("head")), self.log("head")[-3000:]
 
     def tree(self, task: str) -> list[psutil.Process]:
         """Every process of a pod: its command and all it started (orphans re-parent to it: npu-rl's

@@ -17,6 +17,7 @@ import signal
 import time
 
 import pytest
+from console_steps import shown_steps
 from pods import STEPS, WORKER_IP, prepared_pods
 
 from npu_rl import run_files
@@ -141,7 +142,7 @@ def _head_ip(text: str) -> str:
 def _refusal(chain) -> str:
     run = chain["misconfigured"]
     assert run["codes"]["head"] == Exit.BAD_INPUT, run["log"][-3000:]
-    assert "step:" not in run["log"] and run["steps"] == [] and run["left"] == []
+    assert shown_steps(run["log"]) == [] and run["steps"] == [] and run["left"] == []
     (line,) = _error_lines(run["log"])
     return line
 
@@ -227,7 +228,7 @@ def test_every_restart_resumes_and_trains_on_the_uninterrupted_runs_batches(chai
     run = chain["finished"]
     assert run["codes"]["head"] == 0, run["log"][-3000:]
     assert "resuming faults from global_step_5" in run["log"]
-    assert f"step:{STEPS} - " in run["log"] and run["left"] == []
+    assert STEPS in shown_steps(run["log"]) and run["left"] == []
     resumed = chain["metrics"]
     reference = uninterrupted["pods"].metrics()
     assert sorted(resumed) == sorted(reference) == list(range(1, STEPS + 1))

@@ -13,6 +13,7 @@ import time
 from pathlib import Path
 
 import pytest
+from console_steps import shown_steps
 
 from npu_rl.image.build import build_variant
 from npu_rl.image.engine import engine
@@ -61,7 +62,7 @@ def test_cpu_image_builds_and_runs_the_demo_through_compose(tmp_path, require, c
     log = run.stdout + run.stderr
     assert run.returncode == 0, log[-4000:]
     # verl's per-step metric lines, one per GRPO step, from inside the container.
-    steps = {int(m) for m in re.findall(r"step:(\d+) - ", log)}
+    steps = set(shown_steps(log))
     assert set(range(1, STEPS + 1)) <= steps, sorted(steps)
     # What the run left in the host's volume: the checkpoint, the merged model, the report.
     run_dir = ws / "demo"

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import json
 import os
-import re
 import signal
 import subprocess
 import sys
@@ -16,6 +15,7 @@ import time
 import psutil
 import pytest
 import torch
+from console_steps import shown_steps
 
 from npu_rl import run_files
 from npu_rl.cli import main
@@ -48,7 +48,7 @@ def _alive(pids: list[int]) -> list[int]:
 
 
 def _steps(out: str) -> set[str]:
-    return set(re.findall(r"\bstep:(\d+) - ", out))
+    return {str(s) for s in shown_steps(out)}
 
 
 def _metric_steps(recipe, start: int) -> list[int]:
@@ -72,7 +72,7 @@ def test_sigterm_damaged_checkpoint_resume_finished_merge_load(tmp_path, monkeyp
     )
     try:
         deadline = time.monotonic() + 300
-        while "step:2 - " not in log.read_text(errors="replace"):
+        while 2 not in shown_steps(log.read_text(errors="replace")):
             assert proc.poll() is None and time.monotonic() < deadline, log.read_text()[-3000:]
             time.sleep(0.2)
         tree = [proc.pid] + [c.pid for c in psutil.Process(proc.pid).children(recursive=True)]

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import io
 import shlex
 import subprocess
 import sys
@@ -98,12 +99,12 @@ def test_training_without_a_worker_report_is_stopped(tmp_path, monkeypatch):
         ),
     )
     t0 = time.monotonic()
-    code, error = _run(spec, {}, tmp_path / "train.log", StepClock(WatchdogSpec()))
+    code, error = _run(spec, {}, io.StringIO(), StepClock(WatchdogSpec()))
     assert time.monotonic() - t0 < 30 and code == 1
     assert error.startswith("training started but no Ray worker reported its patches")
     (tmp_path / "workers.json").write_text('{"error": null}')
     spec = dataclasses.replace(spec, argv=(sys.executable, "-c", "print('(TaskRunner pid=1) step:1 - x')"))
-    assert _run(spec, {}, tmp_path / "train.log", StepClock(WatchdogSpec())) == (0, None)
+    assert _run(spec, {}, io.StringIO(), StepClock(WatchdogSpec())) == (0, None)
 
 
 def test_a_driver_that_stops_logging_steps_is_dumped_and_stopped(tmp_path, monkeypatch):
@@ -135,7 +136,7 @@ def test_a_driver_that_stops_logging_steps_is_dumped_and_stopped(tmp_path, monke
     )
     spec.log_dir.mkdir()
     t0 = time.monotonic()
-    code, error = _run(spec, {}, tmp_path / "train.log", StepClock(WatchdogSpec(floor_s=3, dump_timeout_s=10)))
+    code, error = _run(spec, {}, io.StringIO(), StepClock(WatchdogSpec(floor_s=3, dump_timeout_s=10)))
     assert code == Exit.HUNG and time.monotonic() - t0 < 60
     assert error.startswith("run hung: step 4 did not complete in ") and "allowance 3s" in error, error
     (dump,) = spec.log_dir.glob("hang-*")

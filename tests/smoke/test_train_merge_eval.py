@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import json
 import os
-import re
 import shutil
 import subprocess
 import sys
@@ -17,6 +16,7 @@ from pathlib import Path
 
 import psutil
 import pytest
+from console_steps import raw_steps, shown_steps
 
 from npu_rl import run_files
 from npu_rl.cli import main
@@ -102,8 +102,19 @@ def test_train_then_merge_then_eval(tmp_path, monkeypatch, capfd, tiny_model):
         time.sleep(0.5)
     assert _left(tree, started) == []
 
-    # Each step logged once, on the console and in the metrics file, in order.
-    assert sorted(map(int, re.findall(r"\bstep:(\d+) - ", out))) == list(range(1, STEPS + 1))
+    # Without a terminal: one plain line per step, with the ETA; the events that matter; no raw stream.
+    assert shown_steps(out) == list(range(1, STEPS + 1)), out
+    console_log = run_files.console_log(recipe)
+    assert f"verl's and Ray's output: {console_log}" in out.splitlines()[0]
+    assert out.splitlines()[-1].startswith(f"npu-rl: finished at global_step_{STEPS} in ")
+    assert all(" | ETA 0:" in line for line in out.splitlines() if line.startswith("npu-rl: step "))
+    assert "npu-rl: consistency gate at step 1: " in out and f"npu-rl: checkpoint global_step_{STEPS} saved" in out
+    assert "Traceback" not in out and raw_steps(out) == [] and "[ray]" not in out
+    assert len(out.splitlines()) < 25, out
+    # The raw stream is whole in the attempt's console.log: Ray's own lines, verl's step lines, the warnings.
+    raw = console_log.read_text(errors="replace")
+    assert raw_steps(raw) == list(range(1, STEPS + 1)) and "[ray] " in raw and "Apex" in raw
+    # Each step logged once in the metrics file, in order.
     metrics = [json.loads(line) for line in run_files.metrics_file(recipe, 0).read_text().splitlines()]
     assert [m["step"] for m in metrics] == list(range(1, STEPS + 1))
     # The reward function the launch named scored the rollouts: its parts reached the logs.

@@ -1,0 +1,97 @@
+"""The lines of a healthy run that npu-rl keeps off the terminal (they stay in ``console.log``), each with
+why a user can do nothing about it. A warning not listed here reaches the terminal once.
+
+Add an entry only with its reason; an entry hides every line it matches, in every run.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+from .lines import is_exception, read
+
+
+@dataclass(frozen=True)
+class Noise:
+    pattern: str  # a regular expression searched in the line's text
+    reason: str
+
+    def matches(self, text: str) -> bool:
+        return re.search(self.pattern, text) is not None
+
+
+NOISE: tuple[Noise, ...] = (
+    Noise(
+        r"Failed to detect NPU type|No module named 'acl'",
+        "Ray asks AscendCL for the NPU type when a node has NPU resources (ray 2.46 "
+        "ray/_private/accelerators/npu.py, logger.exception); CPU hosts register worker slots as NPU without "
+        "CANN, and the type is never used",
+    ),
+    Noise(
+        r"Apex (is|are) not installed",
+        "Megatron-core's import-time notice; on NPU MindSpeed replaces these kernels, on CPU the fallbacks run",
+    ),
+    Noise(r"pynvml package is deprecated", "torch.cuda imports pynvml; there is no NVIDIA GPU on these hosts"),
+    Noise(
+        r"CPU Autocast only supports|In CPU autocast, but the target dtype is not supported",
+        "the CPU platform trains in float32 on purpose (npu_rl.patches.cpu_platform); verl's autocast is a no-op",
+    ),
+    Noise(
+        r"FSDP\.state_dict_type\(\) and FSDP\.set_state_dict_type\(\) are being deprecated",
+        "verl's own FSDP checkpoint code (fsdp_workers.py) calls it; nothing in a recipe changes it",
+    ),
+    Noise(r"Torch profiler tool config is not fully supported", "verl's default profiler section; profiling is off"),
+    Noise(r"Disabled critic as algorithm\.adv_estimator != gae", "GRPO has no critic by design"),
+    Noise(r"'set_vital' is deprecated", "torchdata inside verl's dataloader"),
+    Noise(
+        r"`generation_config` default values have been modified",
+        "transformers fills the tiny model's pad/bos/eos ids from its config, which is what the rollout wants",
+    ),
+)
+
+
+def hidden(text: str) -> Noise | None:
+    """The entry that hides this line, if any."""
+    for noise in NOISE:
+        if noise.matches(text):
+            return noise
+    return None
+
+
+def quiet_warnings() -> None:
+    """In npu-rl's own process, Python warnings of the listed kinds are not printed (what verl and torch
+    emit on import there reaches the terminal directly, not through a run's stream)."""
+    import warnings
+
+    for noise in NOISE:
+        warnings.filterwarnings("ignore", message=f".*(?:{noise.pattern})")
+
+
+class Tracebacks:
+    """Drops the listed lines from a stream, and a whole traceback whose exception is listed (Ray logs
+    its NPU detection failure with one); any other traceback passes whole."""
+
+    _START = "Traceback (most recent call last):"
+
+    def __init__(self, longest: int = 200):
+        self.held: list[str] = []
+        self.longest = longest
+
+    def feed(self, raw: str) -> list[str]:
+        """The raw lines to pass on now (none while a traceback is being read)."""
+        text = read(raw).text
+        if self.held:
+            self.held.append(raw)
+            if is_exception(text) or len(self.held) > self.longest:
+                block, self.held = self.held, []
+                return [] if hidden(text) else block
+            return []
+        if text.strip() == self._START:
+            self.held = [raw]
+            return []
+        return [] if hidden(text) else [raw]
+
+    def flush(self) -> list[str]:
+        block, self.held = self.held, []
+        return block

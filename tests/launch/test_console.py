@@ -1,0 +1,201 @@
+"""The terminal of `npu-rl train` (npu_rl.console): what a run's raw stream becomes on screen, in the three
+modes, and where the raw stream is kept. The runs themselves: tests/smoke (no TTY) and
+tests/e2e/test_train_console.py (a pseudo-terminal, failures)."""
+
+from __future__ import annotations
+
+import io
+import sys
+
+import pytest
+
+from npu_rl import run_files
+from npu_rl.console import lines, noise
+from npu_rl.console.progress import activity
+from npu_rl.console.train import TrainConsole, choose_mode
+from npu_rl.recipe import load_recipe
+
+ESC = "\x1b"
+# What a healthy CPU run prints, as the driver reads it (Ray's colour codes and actor prefixes included).
+STREAM = [
+    f"{ESC}[36m(pid=11){ESC}[0m /x/megatron/core/optimizer/__init__.py:18: UserWarning: Transformer Engine and "
+    "Apex are not installed. Falling back to Torch optimizers.",
+    "(pid=11)   warnings.warn(",
+    "Failed to detect NPU type.",
+    "Traceback (most recent call last):",
+    "ModuleNotFoundError: No module named 'acl'",
+    f"{ESC}[36m(TaskRunner pid=12){ESC}[0m Training Progress:   0%|          | 0/3 [00:00<?, ?it/s]",
+    "(TaskRunner pid=12) step:0 - val-core/MATH/acc/mean@1:0.25 - val-aux/MATH/format/mean@1:0.5",
+    "(WorkerDict pid=13) /x/dp_actor.py:109: UserWarning: In CPU autocast, but the target dtype is not supported.",
+    "(TaskRunner pid=12) step:1 - training/rollout_probs_diff_mean:1.5e-07 - critic/score/mean:0.25 - "
+    "reward/acc:0.25 - reward/format:0.5 - reward/cot:0.0 - timing_s/step:2.0 - perf/throughput:1234.5",
+    "(TaskRunner pid=12) local_global_step_folder: /ckpt/global_step_2",
+    "(TaskRunner pid=12) /x/y.py:3: UserWarning: max_response_length truncates 40% of responses",
+    "(TaskRunner pid=12) /x/y.py:3: UserWarning: max_response_length truncates 40% of responses "
+    f"{ESC}[32m [repeated 2x across cluster]{ESC}[0m",
+    "(TaskRunner pid=12) npu-rl: global_step_2 is complete; removed global_step_1 (max_actor_ckpt_to_keep 1)",
+    "(TaskRunner pid=12) step:2 - critic/score/mean:nan - timing_s/step:2.0 - val-core/MATH/acc/mean@1:0.5",
+]
+
+
+class _Tty(io.StringIO):
+    def isatty(self) -> bool:
+        return True
+
+
+def test_a_raw_line_is_read_without_colour_prefix_and_repeat_note():
+    line = lines.read(f"{ESC}[36m(TaskRunner pid=7, ip=10.0.0.2){ESC}[0m text [repeated 3x across cluster]\n")
+    assert line == lines.Line("TaskRunner", "text")
+    assert lines.read("plain").source == "" and lines.read("a\rb\n").text == "b"
+
+
+def test_step_lines_parse_to_numbers():
+    step, metrics = lines.step_metrics("step:4 - a/b:1.5 - c:nan - d:3 - e:not-a-number")
+    assert step == 4 and metrics["a/b"] == 1.5 and metrics["d"] == 3 and "e" not in metrics
+    assert metrics["c"] != metrics["c"]  # nan
+    assert lines.step_metrics("global_step_4 saved") is None
+    assert lines.total_steps("Training Progress:  33%|███▎      | 1/3 [00:01<00:02]") == 3
+
+
+def test_plain_mode_shows_steps_and_events_and_hides_the_listed_noise():
+    out = io.StringIO()
+    with TrainConsole(mode="plain", total=None, start_step=0, out=out, gate_max=0.05) as console:
+        steps = [console.feed(raw) for raw in STREAM]
+    assert [s for s in steps if s is not None] == [0, 1, 2]
+    shown = out.getvalue().splitlines()
+    assert all(line.startswith("npu-rl: ") for line in shown), shown
+    text = "\n".join(shown)
+    assert "validation before training: held-out acc 0.2500" in text
+    assert "consistency gate at step 1: rollout probs diff mean 1.5e-07 <= 0.05: passed" in text
+    assert "checkpoint global_step_2 saved: /ckpt/global_step_2" in text
+    assert "validation at step 2: held-out acc 0.5000" in text
+    assert "npu-rl: global_step_2 is complete; removed global_step_1" in text
+    # A warning nobody listed reaches the terminal once, however often Ray repeats it.
+    assert text.count("max_response_length truncates") == 1 and "warning from TaskRunner" in text
+    for hidden in ("Apex", "autocast", "acl", "Traceback", "warnings.warn", "Training Progress"):
+        assert hidden not in text, hidden
+    step_lines = [line for line in shown if line.startswith("npu-rl: step ")]
+    assert [line.split(" | ")[0] for line in step_lines] == ["npu-rl: step 1/3", "npu-rl: step 2/3"]
+    assert "reward 0.250 (acc 0.25, format 0.50)" in step_lines[0] and "1234 tok/s/card" in step_lines[0]
+    assert "ETA 0:00:" in step_lines[0] and "held-out acc 0.250 @0" in step_lines[0]
+    assert "reward" not in step_lines[1]  # a nan mean is left out, not printed as nan
+
+
+def test_live_mode_redraws_one_line_on_a_terminal():
+    out = _Tty()
+    with TrainConsole(mode="live", total=3, start_step=0, out=out) as console:
+        for raw in STREAM:
+            console.feed(raw)
+    screen = out.getvalue()
+    assert "step 2/3" in screen and "ETA" in screen and "\r" in screen
+    assert "checkpoint global_step_2 saved" in screen and "Traceback" not in screen
+
+
+def test_raw_mode_passes_the_stream_through(monkeypatch):
+    out = io.StringIO()
+    with TrainConsole(mode="raw", total=3, start_step=0, out=out) as console:
+        steps = [console.feed(raw + "\n") for raw in STREAM]
+    assert out.getvalue() == "".join(raw + "\n" for raw in STREAM) and [s for s in steps if s is not None] == [0, 1, 2]
+    monkeypatch.setenv("NPU_RL_VERBOSE", "1")
+    assert choose_mode(False, _Tty()) == "raw"
+    monkeypatch.delenv("NPU_RL_VERBOSE")
+    assert choose_mode(False, _Tty()) == "live" and choose_mode(False, io.StringIO()) == "plain"
+    assert choose_mode(True, _Tty()) == "raw"
+
+
+def test_a_long_step_gets_a_heartbeat_line():
+    out = io.StringIO()
+    with TrainConsole(mode="plain", total=5, start_step=0, out=out, heartbeat_s=0.2) as console:
+        console.feed("step:1 - timing_s/step:1.0")
+        import time
+
+        time.sleep(0.5)  # the heartbeat thread wakes every min(heartbeat_s, 30) seconds
+    assert "npu-rl: step 2 running for 0:00:00 (step 1 done)" in out.getvalue()
+
+
+def test_the_failure_line_is_the_last_exception_not_the_noise():
+    console = TrainConsole(mode="plain", total=None, start_step=0, out=io.StringIO())
+    for raw in [
+        "(TaskRunner pid=1) Traceback (most recent call last):",
+        "(TaskRunner pid=1) ray.exceptions.RayTaskError(ValueError): ray::TaskRunner.run() (pid=1)",
+        "(TaskRunner pid=1) ValueError: the reward exploded",
+        "Failed to detect NPU type.",
+        "ModuleNotFoundError: No module named 'acl'",
+        "  File x.py, line 3",
+    ]:
+        console.feed(raw)
+    assert console.error_line() == "ValueError: the reward exploded"
+
+
+@pytest.mark.parametrize("entry", noise.NOISE, ids=lambda n: n.pattern[:30])
+def test_every_noise_entry_hides_a_line_of_a_real_run_and_says_why(entry):
+    # One line per entry as CPU runs print it (console.log of the tiny recipe); an entry that no longer
+    # matches what the libraries print would let that line through.
+    seen = [
+        "Failed to detect NPU type.",
+        "UserWarning: Transformer Engine and Apex are not installed. Falling back to Torch optimizers.",
+        "FutureWarning: The pynvml package is deprecated. Please install nvidia-ml-py instead.",
+        "CPU Autocast only supports dtypes of torch.bfloat16, torch.float16 currently.",
+        "FutureWarning: FSDP.state_dict_type() and FSDP.set_state_dict_type() are being deprecated.",
+        "UserWarning: Torch profiler tool config is not fully supported now.",
+        "UserWarning: Disabled critic as algorithm.adv_estimator != gae. If it is not intended, ...",
+        "UserWarning: 'set_vital' is deprecated, please do not call",
+        "WARNING:2026-12-03 22:03:53,105:`generation_config` default values have been modified to match",
+    ]
+    assert any(entry.matches(line) for line in seen) and len(entry.reason) > 20
+
+
+def test_each_attempt_gets_its_own_console_log(tmp_path, monkeypatch):
+    monkeypatch.setenv("NPU_RL_WORKSPACE", str(tmp_path))
+    recipe = load_recipe("tiny_math_cpu")
+    for attempt in range(3):
+        path = run_files.new_console_log(recipe)
+        assert path == run_files.console_log(recipe) and not path.exists()
+        path.write_text(f"attempt {attempt}\n")
+    logs = sorted(p.name for p in path.parent.glob("console*.log"))
+    assert logs == ["console.1.log", "console.2.log", "console.log"]
+    assert (path.parent / "console.1.log").read_text() == "attempt 0\n" and path.read_text() == "attempt 2\n"
+
+
+def test_a_job_without_steps_says_when_it_started_and_ended():
+    out = io.StringIO()
+    with activity("merging", out=out, every_s=0.1):
+        import time
+
+        time.sleep(0.25)
+    said = out.getvalue().splitlines()
+    assert said[0] == "merging ..." and "merging: still running after 0:00:00" in said
+    assert said[-1] == "merging: done in 0:00:00"
+    with pytest.raises(RuntimeError), activity("failing", out=(out := io.StringIO())):
+        raise RuntimeError
+    assert "done" not in out.getvalue()
+
+
+def test_npu_rls_own_process_does_not_print_the_listed_warnings(capfd):
+    import subprocess
+
+    code = (
+        "import warnings; from npu_rl.console.noise import quiet_warnings; quiet_warnings();"
+        "warnings.warn('Apex is not installed. Falling back to Torch Norm');"
+        "warnings.warn('a warning a user can act on')"
+    )
+    err = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True).stderr
+    assert "Apex" not in err and "a warning a user can act on" in err
+
+
+def test_a_pods_ray_output_loses_the_listed_traceback_and_keeps_any_other():
+    quiet = noise.Tracebacks()
+    ray_start = [
+        "Local node IP: 10.0.0.2\n",
+        "2026-12-03 22:28:34,754\tERROR npu.py:81 -- Failed to detect NPU type.\n",
+        "Traceback (most recent call last):\n",
+        '  File "/x/ray/_private/accelerators/npu.py", line 77, in get_current_node_accelerator_type\n',
+        "    import acl\n",
+        "ModuleNotFoundError: No module named 'acl'\n",
+        "Ray runtime started.\n",
+        "Traceback (most recent call last):\n",
+        '  File "/x/ray/_private/services.py", line 9, in start\n',
+        "OSError: [Errno 98] Address already in use\n",
+    ]
+    kept = [line for raw in ray_start for line in quiet.feed(raw)] + quiet.flush()
+    assert kept == [ray_start[0], ray_start[6], *ray_start[7:]]
