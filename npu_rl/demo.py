@@ -125,11 +125,10 @@ def _summary(
     print(f"steps trained         : {step}")
     if step_times:
         print(f"seconds per step      : {statistics.median(step_times):.2f} (median of {len(step_times)})")
-    if report.throughput is not None:
-        first, *rest = report.throughput.text_lines()
-        print(f"throughput            : {first}")
-        for line in rest:
-            print(f"                        {line}")
+    if report.throughput is not None:  # the report above has the whole card; its two figures here
+        for line in report.throughput.text_lines():
+            if line.startswith(("verl perf/throughput", "step time")):
+                print(f"throughput            : {line}")
     if scores:
         print(f"reward mean per step  : {', '.join(f'{v:.3f}' for v in scores)}")
     base, trained, at = gain

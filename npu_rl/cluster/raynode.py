@@ -16,12 +16,14 @@ import signal
 import subprocess
 import sys
 import threading
+import time
+from collections import deque
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from ..console import noise
-from . import proctree
+from . import proctree, raylogs
 from .probe import Address, Deadline
 
 STARTED_MARKER = "Ray runtime started."
@@ -105,11 +107,14 @@ class RayNode:
         # in the run's console.log).
         self.output = output or _to_stderr
         self.proc: subprocess.Popen[str] | None = None
+        self.started_at = time.time()
+        self.said: deque[str] = deque(maxlen=200)  # ray start's last lines: its report of dead daemons
         self._started = threading.Event()
         self._reader: threading.Thread | None = None
 
     def start(self) -> RayNode:
         self.log("running: " + shlex.join(self.argv))
+        self.started_at = time.time()
         # A session of its own: every Ray daemon of this node inherits its process group,
         # so stop() can sweep stragglers (agents outlive a raylet whose GCS is gone).
         self.proc = subprocess.Popen(
@@ -131,18 +136,42 @@ class RayNode:
         for line in self.proc.stdout:
             if STARTED_MARKER in line:
                 self._started.set()
+            self.said.append(line)
             self.output(line)
         self.output("")
 
     def wait_started(self, deadline: Deadline) -> bool:
-        """True once Ray reports it is up; False if it exited first or the deadline passed."""
+        """True once Ray reports it is up; False if it exited first, a daemon of it logged its death (``ray
+        start`` itself would wait 30 s more) or the deadline passed."""
         assert self.proc is not None
+        checked = time.monotonic()
         while not deadline.passed():
             if self._started.wait(timeout=min(0.2, max(0.01, deadline.left()))):
                 return True
             if self.proc.poll() is not None:
                 return self._started.is_set()
+            if time.monotonic() - checked >= 1.0:
+                checked = time.monotonic()
+                if self.fatal():
+                    return False
         return self._started.is_set()
+
+    def fatal(self) -> str | None:
+        """The fatal line a daemon of this node logged, as one clause (None: none so far)."""
+        return raylogs.fatal_line(raylogs.temp_dir(self.argv, self.env), self.started_at, self.argv)
+
+    def failure(self) -> str:
+        """Why this node is down, in one clause: a daemon's own fatal line, else ray start's report."""
+        if self._reader is not None and self.proc is not None and self.proc.poll() is not None:
+            self._reader.join(timeout=2)  # its last lines name the daemons that exited
+        fatal = self.fatal()
+        if fatal:
+            return fatal
+        exited = raylogs.exited_daemons(list(self.said))
+        if exited:
+            return "Ray's " + ", ".join(exited) + " exited"
+        code = self.poll()
+        return f"ray start exited with code {code}" if code is not None else "ray start did not report up"
 
     def poll(self) -> int | None:
         return None if self.proc is None else self.proc.poll()

@@ -102,29 +102,22 @@ def run_head(opts: HeadOptions) -> int:
         try:
             node.start()
             if not node.wait_started(Deadline(opts.start_timeout)):
-                raise ClusterError(
-                    f"ray head did not start (exit code {node.poll()}) within "
-                    f"{opts.start_timeout:.0f}s; see the [ray] lines above",
-                    Exit.RAY_FAILED,
-                )
+                raise ClusterError(f"Ray did not start on this head: {node.failure()}", Exit.RAY_FAILED)
             log(f"head up at {address} with {opts.npus} NPU; expecting {opts.nnodes} nodes")
             if not opts.command:
                 if node.proc is None:  # node.start() above set it
                     raise RuntimeError("ray head process was not started")
-                code = node.proc.wait()
-                raise ClusterError(
-                    f"Ray on this head exited on its own (ray start exit code {code}): one of its "
-                    "daemons (GCS, raylet) died; see the [ray] lines above",
-                    Exit.RAY_FAILED,
-                )
-            want = Expectation(opts.nnodes, opts.npus)
-            try:
-                wait_for_cluster(address, want, Deadline(opts.wait_timeout), log)
-            except ClusterTimeout as err:
-                raise ClusterError(str(err), Exit.CLUSTER_TIMEOUT) from None
+                node.proc.wait()
+                raise ClusterError(f"Ray on this head exited on its own: {node.failure()}", Exit.RAY_FAILED)
+            _wait_for_nodes(node, address, Expectation(opts.nnodes, opts.npus), Deadline(opts.wait_timeout))
             log("running: " + " ".join(opts.command))
             job = subprocess.Popen(list(opts.command), env={**env, "RAY_ADDRESS": str(address)})
-            code = job.wait()
+            while (code := _poll(job, 0.5)) is None:
+                if node.poll() is not None:
+                    # The job would notice in its own time (verl waits on actors whose node is gone).
+                    log(f"Ray on this head died; stopping the job ({node.failure()})")
+                    proctree.stop(job, grace=RAY_DIED_JOB_GRACE_S)
+                    raise ClusterError(f"Ray on this head died under the job: {node.failure()}", Exit.RAY_FAILED)
             log(f"job exited with code {code}; stopping Ray")
             return code
         except proctree.Terminated as stop:
@@ -135,6 +128,48 @@ def run_head(opts: HeadOptions) -> int:
             return stop.exit_code
         finally:
             node.stop()
+
+
+# What `npu-rl ray head` allows the job when Ray under it died: the whole exit stays within 30 s.
+RAY_DIED_JOB_GRACE_S = 20.0
+
+
+def _poll(proc: subprocess.Popen, timeout: float) -> int | None:
+    try:
+        return proc.wait(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        return None
+
+
+def _wait_for_nodes(node: RayNode | None, address: Address, want: Expectation, deadline: Deadline) -> None:
+    """wait_for_cluster, given up at the deadline or as soon as Ray on this ``node`` dies: ray.init has no
+    deadline of its own and waits for a dead GCS for minutes, so it runs in a thread the caller can leave."""
+    outcome: dict = {}
+
+    def wait() -> None:
+        try:
+            wait_for_cluster(address, want, deadline, log)
+        except BaseException as err:  # noqa: BLE001 - handed to the main thread
+            outcome["error"] = err
+
+    waiter = threading.Thread(target=wait, name="ray-wait", daemon=True)
+    waiter.start()
+    give_up = time.monotonic() + deadline.left() + defaults.RAY_CONNECT_GRACE_S
+    while waiter.is_alive():
+        waiter.join(timeout=0.5)
+        if node is not None and node.poll() is not None:
+            raise ClusterError(f"Ray on this head died while waiting for the nodes: {node.failure()}", Exit.RAY_FAILED)
+        if time.monotonic() >= give_up:
+            raise ClusterError(
+                f"no Ray cluster answered at {address} within {deadline.end - deadline.start:.0f}s "
+                "(is it a Ray head's GCS port?)",
+                Exit.CLUSTER_TIMEOUT,
+            )
+    err = outcome.get("error")
+    if isinstance(err, ClusterTimeout):
+        raise ClusterError(str(err), Exit.CLUSTER_TIMEOUT) from None
+    if err is not None:
+        raise err
 
 
 def _join(opts: WorkerOptions, node_factory: Callable[[], RayNode], deadline: Deadline) -> RayNode:
@@ -151,7 +186,10 @@ def _join(opts: WorkerOptions, node_factory: Callable[[], RayNode], deadline: De
         node = node_factory().start()
         if node.wait_started(deadline):
             return node
+        fatal = node.fatal()
         code = node.stop()
+        if fatal:  # a daemon of this node died: a retry would die the same way
+            raise ClusterError(f"Ray did not start on this worker: {fatal}", Exit.RAY_FAILED)
         if deadline.passed():
             raise ClusterError(
                 f"could not join head {opts.head} within {deadline.elapsed():.0f}s (ray start exit code {code})",
@@ -171,7 +209,7 @@ def _watch_head(node: RayNode, opts: WorkerOptions) -> int:
                 raise ClusterError(
                     f"head {opts.head} is gone and Ray on this node exited (code {code})", Exit.HEAD_LOST
                 )
-            raise ClusterError(f"Ray on this node exited with code {code} while the head is up", Exit.RAY_FAILED)
+            raise ClusterError(f"Ray on this worker died while the head is up: {node.failure()}", Exit.RAY_FAILED)
         if port_open(opts.head, timeout=opts.probe_interval):
             last_seen = time.monotonic()
         elif time.monotonic() - last_seen >= opts.head_lost_after:
@@ -222,27 +260,6 @@ def run_wait(head: Address, want: Expectation, timeout: float) -> int:
             f"head {head} not reachable after {deadline.elapsed():.0f}s; {want.nnodes} of {want.nnodes} nodes missing",
             Exit.CLUSTER_TIMEOUT,
         )
-    # ray.init waits for a GCS without a deadline of its own (and rewrites 127.0.0.1 to the node's
-    # address), so a port that answers but is not Ray would hang here: it runs in a thread we can leave.
-    outcome: dict = {}
-
-    def connect_and_wait() -> None:
-        try:
-            wait_for_cluster(head, want, deadline, log)
-        except BaseException as err:  # noqa: BLE001 - handed to the main thread
-            outcome["error"] = err
-
-    worker = threading.Thread(target=connect_and_wait, name="ray-wait", daemon=True)
-    worker.start()
-    worker.join(timeout=deadline.left() + defaults.RAY_CONNECT_GRACE_S)
-    if worker.is_alive():
-        raise ClusterError(
-            f"no Ray cluster answered at {head} within {timeout:.0f}s (is it a Ray head's GCS port?)",
-            Exit.CLUSTER_TIMEOUT,
-        )
-    err = outcome.get("error")
-    if isinstance(err, ClusterTimeout):
-        raise ClusterError(str(err), Exit.CLUSTER_TIMEOUT) from None
-    if err is not None:
-        raise err
+    # ray.init rewrites 127.0.0.1 to the node's address, and a port that answers but is not Ray would hang it.
+    _wait_for_nodes(None, head, want, deadline)
     return 0

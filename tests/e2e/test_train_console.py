@@ -16,6 +16,7 @@ import time
 from pathlib import Path
 
 import pytest
+import terminal
 from console_steps import raw_steps
 
 from npu_rl import run_files
@@ -25,7 +26,6 @@ from npu_rl.recipe import load_recipe
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(900)]
 
 STEPS = 2
-_ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]")
 
 
 def _args(experiment: str, *extra: str) -> list[str]:
@@ -52,16 +52,6 @@ def workspace(tmp_path_factory, tiny_model):
 
 def _npu_rl() -> str:
     return str(Path(sys.executable).with_name("npu-rl"))
-
-
-def _screen(raw: bytes) -> list[str]:
-    """What a terminal shows at the end: each line as its last redraw left it, without colours."""
-    shown = []
-    for line in raw.decode(errors="replace").split("\r\n"):
-        parts = [p for p in re.split(r"\r(?:\x1b\[2K)?", line) if _ANSI.sub("", p).strip()]
-        if parts:
-            shown.append(_ANSI.sub("", parts[-1]).rstrip())
-    return shown
 
 
 def _on_a_terminal(argv: list[str], env: dict[str, str], timeout: float = 600) -> tuple[int, bytes]:
@@ -95,7 +85,7 @@ def test_on_a_terminal_the_run_is_one_live_line_and_its_events(workspace, monkey
     env = {**os.environ, "NPU_RL_WORKSPACE": str(workspace), "RAY_ADDRESS": "", "COLUMNS": "200", "TERM": "xterm"}
     env.pop("NPU_RL_VERBOSE", None)
     code, raw = _on_a_terminal([_npu_rl(), "train", *_args("tty")], env)
-    screen = _screen(raw)
+    screen = terminal.screen(raw)
     text = "\n".join(screen)
     assert code == 0, text[-3000:]
     recipe = load_recipe("tiny_math_cpu", {"logging.experiment": "tty"})
