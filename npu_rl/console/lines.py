@@ -20,6 +20,9 @@ _STEP = re.compile(r"(?:^|\s)step:(\d+) - (.*)$")
 _TQDM_TOTAL = re.compile(r"Training Progress:.*?\|\s*\d+/(\d+)\b")
 # verl's _save_checkpoint prints the folder before it writes it (ray_trainer.py 785).
 _CHECKPOINT = re.compile(r"^local_global_step_folder: (\S+)")
+# npu_rl.patches.checkpoint_rotation, after a save: "npu-rl: global_step_24 is complete; removed global_step_8
+# (max_actor_ckpt_to_keep 2)".
+_ROTATION = re.compile(r"^npu-rl: global_step_\d+ is complete; removed (.+) \(max_actor_ckpt_to_keep (\d+)\)$")
 # The last line of a Python traceback, as Ray re-raises it too: "ray.exceptions.RayTaskError(ValueError): ...".
 _EXCEPTION = re.compile(r"^(?:[A-Za-z_][\w.]*\.)?[A-Z]\w*(?:Error|Exception|Exit|Interrupt)(?:\([\w.]+\))?: \S")
 _WARNING = re.compile(r"\b[A-Z]\w*Warning: |^WARNING\b|\sWARNING\s")
@@ -71,6 +74,11 @@ def total_steps(text: str) -> int | None:
 def checkpoint_folder(text: str) -> str | None:
     m = _CHECKPOINT.match(text)
     return m.group(1) if m else None
+
+
+def rotation(text: str) -> str | None:
+    m = _ROTATION.match(text)
+    return f"removed {m.group(1)}, keeping {m.group(2)}" if m else None
 
 
 def is_exception(text: str) -> bool:

@@ -125,6 +125,7 @@ class TrainConsole:
         self.tail: deque[str] = deque(maxlen=400)
         self._warned: set[str] = set()
         self._checkpoint: str | None = None
+        self._rotated: str | None = None
         self._printed = 0.0  # when the last plain progress line was printed
         self._lock = threading.RLock()
         self._live: Any = None
@@ -189,8 +190,11 @@ class TrainConsole:
         if total and self.state.total is None:
             self.state.total = total
         folder = lines.checkpoint_folder(text)
+        rotated = lines.rotation(text)
         if folder:
             self._checkpoint = folder
+        elif rotated and self._checkpoint:
+            self._rotated = rotated  # said with the checkpoint, on its step line
         elif text.startswith("npu-rl"):
             self.event(text.split(": ", 1)[1] if text.startswith("npu-rl: ") else text)
         elif lines.is_warning(text) and not noise.hidden(text) and text not in self._warned:
@@ -218,8 +222,9 @@ class TrainConsole:
         if self.mode == "raw":
             return
         if self._checkpoint:
-            self.event(f"checkpoint global_step_{step} saved: {self._checkpoint}")
-            self._checkpoint = None
+            rotated = f" ({self._rotated})" if self._rotated else ""
+            self.event(f"checkpoint global_step_{step} saved: {self._checkpoint}{rotated}")
+            self._checkpoint = self._rotated = None
         held = self.state.held_out
         if held and held[2] == step:
             when = "before training" if step == self.state.start_step else f"at step {step}"
