@@ -5,7 +5,8 @@ from __future__ import annotations
 
 import re
 
-_SHOWN = re.compile(r"^npu-rl: step (\d+)(?:/\d+)? \|", re.MULTILINE)
+# Not anchored: `docker compose up` puts "cpu-demo-1  | " before each line of a container.
+_SHOWN = re.compile(r"\bnpu-rl: step (\d+)(?:/\d+)? \|")
 _RAW = re.compile(r"\bstep:(\d+) - ")
 
 

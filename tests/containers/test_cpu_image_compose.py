@@ -61,7 +61,7 @@ def test_cpu_image_builds_and_runs_the_demo_through_compose(tmp_path, require, c
         seconds = time.monotonic() - start
     log = run.stdout + run.stderr
     assert run.returncode == 0, log[-4000:]
-    # verl's per-step metric lines, one per GRPO step, from inside the container.
+    # npu-rl's step lines (no TTY in the container), one per GRPO step, from inside the container.
     steps = set(shown_steps(log))
     assert set(range(1, STEPS + 1)) <= steps, sorted(steps)
     # What the run left in the host's volume: the checkpoint, the merged model, the report.

@@ -176,7 +176,7 @@ def test_warm_up_steps_come_from_the_thresholds(tmp_path):
         load_thresholds({"throughput": {"warmup_steps": -1}})
 
 
-def test_the_demo_summary_has_the_throughput_block(tmp_path, monkeypatch, capsys):
+def test_the_demo_summary_has_the_throughput_figures_and_the_report_the_whole_card(tmp_path, monkeypatch, capsys):
     from npu_rl import demo, run_files
 
     monkeypatch.setenv("NPU_RL_WORKSPACE", str(tmp_path))
@@ -187,5 +187,7 @@ def test_the_demo_summary_has_the_throughput_block(tmp_path, monkeypatch, capsys
     demo._summary(recipe, {"train": 1.0}, 1.0, report, (0.0, 10.0, 40))
     out = capsys.readouterr().out
     block = out[out.index("throughput            :") : out.index("reward mean per step")]
-    assert "1 warm-up step(s) dropped" in block and "tokens/s per device" in block and "e2e_tps" in block
-    assert "global batch 8" in block and "shares: generation" in block
+    # The summary keeps the two figures; the demo prints the whole card with the report just before it.
+    assert "tokens/s per device" in block and "shares: generation" in block and len(block.splitlines()) == 2
+    card = report.to_markdown()
+    assert "1 warm-up step(s) dropped" in card and "e2e_tps" in card and "global batch 8" in card
