@@ -7,10 +7,27 @@ import contextlib
 import sys
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import TextIO
 
 from .train import clock
+
+
+@contextlib.contextmanager
+def _every(seconds: float, tick: Callable[[], None]) -> Iterator[None]:
+    stop = threading.Event()
+
+    def loop() -> None:
+        while not stop.wait(seconds):
+            tick()
+
+    thread = threading.Thread(target=loop, name="progress-tick", daemon=True)
+    thread.start()
+    try:
+        yield
+    finally:
+        stop.set()
+        thread.join()
 
 
 @contextlib.contextmanager
@@ -21,34 +38,17 @@ def activity(title: str, *, out: TextIO | None = None, every_s: float = 60.0) ->
     if callable(isatty) and isatty():
         from rich.console import Console  # lazy: rich, only on a terminal
 
-        with Console(file=out).status(title) as status:
-            stop = threading.Event()
+        with (
+            Console(file=out).status(title) as status,
+            _every(1.0, lambda: status.update(f"{title} ({clock(time.monotonic() - t0)})")),
+        ):
+            yield
+    else:
+        print(f"{title} ...", file=out, flush=True)
 
-            def tick() -> None:
-                while not stop.wait(1.0):
-                    status.update(f"{title} ({clock(time.monotonic() - t0)})")
-
-            ticker = threading.Thread(target=tick, daemon=True)
-            ticker.start()
-            try:
-                yield
-            finally:
-                stop.set()
-                ticker.join()
-        print(f"{title}: done in {clock(time.monotonic() - t0)}", file=out, flush=True)
-        return
-    print(f"{title} ...", file=out, flush=True)
-    stop = threading.Event()
-
-    def beat() -> None:
-        while not stop.wait(every_s):
+        def still() -> None:
             print(f"{title}: still running after {clock(time.monotonic() - t0)}", file=out, flush=True)
 
-    beater = threading.Thread(target=beat, daemon=True)
-    beater.start()
-    try:
-        yield
-    finally:
-        stop.set()
-        beater.join()
+        with _every(every_s, still):
+            yield
     print(f"{title}: done in {clock(time.monotonic() - t0)}", file=out, flush=True)
