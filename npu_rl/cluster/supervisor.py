@@ -115,9 +115,10 @@ def run_head(opts: HeadOptions) -> int:
             while (code := _poll(job, 0.5)) is None:
                 if node.poll() is not None:
                     # The job would notice in its own time (verl waits on actors whose node is gone).
-                    log(f"Ray on this head died; stopping the job ({node.failure()})")
+                    why = node.failure()
+                    log(f"Ray on this head died; stopping the job ({why})")
                     proctree.stop(job, grace=RAY_DIED_JOB_GRACE_S)
-                    raise ClusterError(f"Ray on this head died under the job: {node.failure()}", Exit.RAY_FAILED)
+                    raise ClusterError(f"Ray on this head died under the job: {why}", Exit.RAY_FAILED)
             log(f"job exited with code {code}; stopping Ray")
             return code
         except proctree.Terminated as stop:

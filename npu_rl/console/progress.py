@@ -5,29 +5,11 @@ from __future__ import annotations
 
 import contextlib
 import sys
-import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from typing import TextIO
 
-from .train import clock
-
-
-@contextlib.contextmanager
-def _every(seconds: float, tick: Callable[[], None]) -> Iterator[None]:
-    stop = threading.Event()
-
-    def loop() -> None:
-        while not stop.wait(seconds):
-            tick()
-
-    thread = threading.Thread(target=loop, name="progress-tick", daemon=True)
-    thread.start()
-    try:
-        yield
-    finally:
-        stop.set()
-        thread.join()
+from .ticks import clock, every
 
 
 @contextlib.contextmanager
@@ -40,7 +22,7 @@ def activity(title: str, *, out: TextIO | None = None, every_s: float = 60.0) ->
 
         with (
             Console(file=out).status(title) as status,
-            _every(1.0, lambda: status.update(f"{title} ({clock(time.monotonic() - t0)})")),
+            every(1.0, lambda: status.update(f"{title} ({clock(time.monotonic() - t0)})")),
         ):
             yield
     else:
@@ -49,6 +31,6 @@ def activity(title: str, *, out: TextIO | None = None, every_s: float = 60.0) ->
         def still() -> None:
             print(f"{title}: still running after {clock(time.monotonic() - t0)}", file=out, flush=True)
 
-        with _every(every_s, still):
+        with every(every_s, still):
             yield
     print(f"{title}: done in {clock(time.monotonic() - t0)}", file=out, flush=True)

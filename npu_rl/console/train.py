@@ -9,6 +9,7 @@ and Ray print it).
 
 from __future__ import annotations
 
+import contextlib
 import os
 import sys
 import threading
@@ -18,6 +19,7 @@ from dataclasses import dataclass, field
 from typing import Any, Literal, TextIO
 
 from . import lines, noise
+from .ticks import clock, every
 
 Mode = Literal["live", "plain", "raw"]
 
@@ -33,12 +35,6 @@ def choose_mode(verbose: bool, stream: TextIO) -> Mode:
         return "raw"
     isatty = getattr(stream, "isatty", None)
     return "live" if callable(isatty) and isatty() else "plain"
-
-
-def clock(seconds: float) -> str:
-    seconds = max(0, int(seconds))
-    h, rest = divmod(seconds, 3600)
-    return f"{h}:{rest // 60:02d}:{rest % 60:02d}"
 
 
 @dataclass
@@ -130,8 +126,7 @@ class TrainConsole:
         self._lock = threading.RLock()
         self._live: Any = None
         self._task: Any = None
-        self._stop = threading.Event()
-        self._beat: threading.Thread | None = None
+        self._ticks = contextlib.ExitStack()
 
     # -- lifecycle
     def __enter__(self) -> TrainConsole:
@@ -160,12 +155,11 @@ class TrainConsole:
             self._live.start()
             self._task = self._live.add_task("starting Ray and verl", total=self.state.total)
         elif self.mode == "plain":
-            self._beat = threading.Thread(target=self._heartbeat, name="console-heartbeat", daemon=True)
-            self._beat.start()
+            self._ticks.enter_context(every(min(self.heartbeat_s, 30.0), self._heartbeat))
         return self
 
     def __exit__(self, *exc: object) -> None:
-        self._stop.set()
+        self._ticks.close()
         if self._live is not None:
             self._refresh()
             self._live.stop()
@@ -257,13 +251,12 @@ class TrainConsole:
             self._live.update(self._task, description=s.title(), total=s.total, completed=done)
 
     def _heartbeat(self) -> None:
-        while not self._stop.wait(min(self.heartbeat_s, 30.0)):
-            with self._lock:
-                last = self.state.last
-            now = time.monotonic()
-            if last and now - max(self._printed, last[1]) >= self.heartbeat_s:
-                self._printed = now
-                self._say(f"npu-rl: step {last[0] + 1} running for {clock(now - last[1])} (step {last[0]} done)")
+        with self._lock:
+            last = self.state.last
+        now = time.monotonic()
+        if last and now - max(self._printed, last[1]) >= self.heartbeat_s:
+            self._printed = now
+            self._say(f"npu-rl: step {last[0] + 1} running for {clock(now - last[1])} (step {last[0]} done)")
 
     def _say(self, text: str) -> None:
         with self._lock:

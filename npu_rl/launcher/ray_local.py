@@ -50,7 +50,6 @@ class LocalRayHead:
             output=output,
         )
         self.startup_timeout = startup_timeout
-        self.where = "the [ray] lines above" if output is None else "its [ray] lines in the run's console.log"
 
     @property
     def address(self) -> str:
@@ -59,8 +58,9 @@ class LocalRayHead:
     def start(self) -> LocalRayHead:
         self.node.start()
         if not self.node.wait_started(Deadline(self.startup_timeout)):
-            code = self.node.stop()
-            raise UserError(f"ray head on {self.address} did not start (exit code {code}); see {self.where}")
+            why = self.node.failure()  # read before stop(): ray start's last lines and the daemons' logs
+            self.node.stop()
+            raise UserError(f"ray head on {self.address} did not start: {why}")
         return self
 
     def stop(self) -> None:

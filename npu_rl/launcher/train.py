@@ -25,8 +25,8 @@ from ..cluster import proctree
 from ..cluster.crossnode import check_cluster
 from ..cluster.membership import connected
 from ..cluster.nodewatch import Departure, NodeWatch
+from ..console.ticks import clock as clock_text
 from ..console.train import TrainConsole, choose_mode
-from ..console.train import clock as clock_text
 from ..errors import UserError
 from ..exit_codes import Exit
 from ..patches.consistency import verdict_error
