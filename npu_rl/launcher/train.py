@@ -155,7 +155,8 @@ def _attempt(
     if error is None and code != 0 and code < 128 and code != Exit.TERMINATED:
         # verl's own failure: its exception's last line, not the traceback, reaches the terminal.
         error = f"training exited with code {code}" + (f": {why}" if (why := console.error_line()) else "")
-        error += f"; checkpoints up to step {run_files.latest_step(recipe)} are kept, re-run to resume"
+        kept = run_files.latest_step(recipe)
+        error += f"; checkpoints up to step {kept} are kept, re-run to resume" if kept else "; no checkpoint was saved"
     return code, error
 
 
