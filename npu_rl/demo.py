@@ -21,6 +21,11 @@ from .eval.table import CSV_NAME, ResultTable
 from .recipe import load_recipe
 
 RECIPE = "tiny_math_cpu"
+# `--rollout vllm` (in the cpu-vllm image): the same pipeline sampling with vLLM's CPU backend, on a
+# model of head size 32, the smallest vLLM's CPU attention takes (the hf model's is 16), with as many
+# weights: 2 heads of 32 and 1 key/value head in place of 4 of 16 and 2.
+VLLM_SETS = {"rollout.name": "vllm", "model.path": "models/tiny-qwen2-vllm"}
+VLLM_MODEL_ARGS = ["--heads", "2", "--kv-heads", "1"]
 
 
 def _step(title: str) -> None:
@@ -36,11 +41,27 @@ def _job(argv: list[str], ok_codes: tuple[int, ...] = (0,)) -> int:
     return code
 
 
-def run(workdir: Path, steps: int, eval_limit: int, fresh: bool, warm_start_steps: int = DEMO_WARM_START_STEPS) -> int:
+def run(
+    workdir: Path,
+    steps: int,
+    eval_limit: int,
+    fresh: bool,
+    warm_start_steps: int = DEMO_WARM_START_STEPS,
+    rollout: str = "hf",
+) -> int:
+    if rollout == "vllm":
+        from .platform.doctor import CPU_VLLM_FIX, cpu_vllm_missing  # lazy: the check
+
+        missing = cpu_vllm_missing()
+        if missing:  # before the model is built
+            print(f"npu-rl: error: {missing}; fix: {CPU_VLLM_FIX}", file=sys.stderr)
+            return 2
     workdir = workdir.resolve()
     workdir.mkdir(parents=True, exist_ok=True)
     os.environ["NPU_RL_WORKSPACE"] = str(workdir)
-    recipe = load_recipe(RECIPE, {"algorithm.total_training_steps": steps})
+    sets = {"algorithm.total_training_steps": steps, **(VLLM_SETS if rollout == "vllm" else {})}
+    set_args = [a for k, v in sets.items() for a in ("--set", f"{k}={v}")]
+    recipe = load_recipe(RECIPE, sets)
     if fresh:
         for d in (run_files.checkpoint_root(recipe), run_files.log_root(recipe)):
             shutil.rmtree(d, ignore_errors=True)
@@ -53,8 +74,10 @@ def run(workdir: Path, steps: int, eval_limit: int, fresh: bool, warm_start_step
     if (model_dir / "config.json").is_file():
         print(f"reusing {model_dir}")
     else:
+        model_args = VLLM_MODEL_ARGS if rollout == "vllm" else []
         _job(
             ["model", "tiny", "--out", str(model_dir), "--recipe", RECIPE, "--warm-start-steps", str(warm_start_steps)]
+            + model_args
         )
     timings["model"] = time.monotonic() - t
 
@@ -65,17 +88,17 @@ def run(workdir: Path, steps: int, eval_limit: int, fresh: bool, warm_start_step
 
     _step(f"3/6 GRPO training with verl on Ray ({steps} steps)")
     t = time.monotonic()
-    _job(["train", "--recipe", RECIPE, "--set", f"algorithm.total_training_steps={steps}"])
+    _job(["train", "--recipe", RECIPE, *set_args])
     timings["train"] = time.monotonic() - t
 
     _step("4/6 merge the checkpoint into a Hugging Face model")
     t = time.monotonic()
-    _job(["merge", "--recipe", RECIPE, "--set", f"algorithm.total_training_steps={steps}"])
+    _job(["merge", "--recipe", RECIPE, *set_args])
     timings["merge"] = time.monotonic() - t
 
     _step("5/6 evaluate base vs trained on the held-out split")
     t = time.monotonic()
-    _job(["eval", "--recipe", RECIPE, "--limit", str(eval_limit)])
+    _job(["eval", "--recipe", RECIPE, "--limit", str(eval_limit), *set_args])
     timings["eval"] = time.monotonic() - t
     gain = accuracy_gain(recipe)
     answers = {metric: accuracy_gain(recipe, metric) for metric in ANSWER_LABELS}
@@ -156,8 +179,21 @@ def main(argv: list[str] | None = None) -> int:
         help="teacher-forcing steps of the tiny model's warm start (fewer: a quicker, weaker base)",
     )
     p.add_argument("--resume", action="store_true", help="keep earlier checkpoints and logs (resume training)")
+    p.add_argument(
+        "--rollout",
+        choices=("hf", "vllm"),
+        default=os.environ.get("DEMO_ROLLOUT", "hf"),
+        help="the rollout engine: hf, or vllm (vLLM's CPU backend: the cpu-vllm image, `make image-cpu-vllm`)",
+    )
     args = p.parse_args(argv)
-    return run(args.workdir, args.steps, args.eval_limit, fresh=not args.resume, warm_start_steps=args.warm_start_steps)
+    return run(
+        args.workdir,
+        args.steps,
+        args.eval_limit,
+        fresh=not args.resume,
+        warm_start_steps=args.warm_start_steps,
+        rollout=args.rollout,
+    )
 
 
 if __name__ == "__main__":

@@ -26,13 +26,20 @@ def register(sub: argparse._SubParsersAction) -> None:
         help="random tiny Qwen2 + locally trained BPE tokenizer (no download)",
         **options.examples(
             "npu-rl model tiny --out models/tiny-qwen2   # the model of tiny_math_cpu",
-            "npu-rl model tiny --out models/tiny-qwen2 --warm-start-steps 0   # left random",
+            "npu-rl model tiny --out models/tiny-qwen2-vllm --heads 2 --kv-heads 1   # head size 32, for vLLM on CPU",
         ),
     )
     t.add_argument("--out", type=output_dir, required=True)
     options.add_recipe(t, required=False, default="tiny_math_cpu", help="recipe whose chat template and data to use")
     t.add_argument("--hidden-size", type=positive_int, default=64)
     t.add_argument("--layers", type=positive_int, default=2)
+    t.add_argument(
+        "--heads",
+        type=positive_int,
+        default=4,
+        help="attention heads (head size: hidden size / heads; vLLM's CPU attention needs 32 or more: --heads 2)",
+    )
+    t.add_argument("--kv-heads", type=positive_int, default=2, help="key/value heads (a divisor of --heads)")
     t.add_argument("--seed", type=int, default=0)
     t.add_argument(
         "--warm-start-steps",
@@ -103,6 +110,8 @@ def _tiny(args: argparse.Namespace) -> int:
         texts,
         hidden_size=args.hidden_size,
         layers=args.layers,
+        heads=args.heads,
+        kv_heads=args.kv_heads,
         seed=args.seed,
         chat_template_override=override,
     )

@@ -48,6 +48,17 @@ NOISE: tuple[Noise, ...] = (
         r"`generation_config` default values have been modified",
         "transformers fills the tiny model's pad/bos/eos ids from its config, which is what the rollout wants",
     ),
+    Noise(
+        r"NCCL_CUMEM_ENABLE is set to 0, skipping override",
+        "verl sets it for every worker (trainer/constants_ppo.py, against weight-sync hangs); vLLM notes that it "
+        "keeps it (vllm/env_override.py), on hosts with no NCCL at all",
+    ),
+    Noise(
+        r"Methods determine_num_available_blocks,device_config,get_cache_block_size_bytes,initialize_cache "
+        r"not implemented",
+        "vLLM's V0 executor interface, which its V1 CPU worker does not have and verl's rollout never calls",
+    ),
+    Noise(r"Pin memory is not supported on CPU", "vLLM's CPU platform saying so once per engine; nothing is pinned"),
 )
 
 

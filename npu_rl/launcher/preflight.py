@@ -11,6 +11,7 @@ data's columns and rows, the reward file, the table's checks and verl's composed
 from __future__ import annotations
 
 import ast
+import json
 import sys
 from collections.abc import Callable, Collection, Iterable
 from dataclasses import dataclass
@@ -127,6 +128,33 @@ def check_model(ctx: JobContext) -> CheckResult:
     return ok("model", str(path))
 
 
+# The head sizes vLLM 0.9.1's CPU attention takes, with IPEX installed as in the cpu-vllm image
+# (vllm/attention/ops/ipex_attn.py:21-22; the TorchSDPA backend refuses others, torch_sdpa.py:441-445).
+VLLM_CPU_HEAD_SIZES = (32, 64, 80, 96, 112, 128, 192, 256)
+
+
+def check_rollout_model(ctx: JobContext) -> CheckResult:
+    """On CPU with ``rollout.name: vllm``: the model's head size is one vLLM's CPU attention takes."""
+    recipe = ctx.recipe
+    if recipe.resources.platform != "cpu" or recipe.rollout.name != "vllm":
+        return ok("rollout model", recipe.rollout.name)
+    config_file = run_files.model_dir(recipe) / "config.json"
+    try:
+        config = json.loads(config_file.read_text(encoding="utf-8"))
+        head = config.get("head_dim") or config["hidden_size"] // config["num_attention_heads"]
+    except (OSError, ValueError, KeyError, ZeroDivisionError):
+        return ok("rollout model", "no config.json to read (the model check says why)")
+    if head not in VLLM_CPU_HEAD_SIZES:
+        return fail(
+            "rollout model",
+            f"head size {head} of {config_file.parent}: vLLM's CPU attention takes "
+            f"{', '.join(map(str, VLLM_CPU_HEAD_SIZES))}",
+            "use a model with one of those (the tiny model: npu-rl model tiny --heads 2 --kv-heads 1), "
+            "or sample with --set rollout.name=hf",
+        )
+    return ok("rollout model", f"head size {head}")
+
+
 def check_data_present(ctx: JobContext) -> CheckResult:
     """The job's data files exist (what is in them: :func:`check_data`, at launch)."""
     files = list(ctx.recipe.data.val_files)
@@ -173,7 +201,7 @@ def check_ports(ctx: JobContext) -> CheckResult:
 JobCheck = Callable[[JobContext], CheckResult]
 # Which of its own checks a job runs, after the host's (npu_rl.platform.doctor.HOST_CHECKS).
 JOB_CHECKS: dict[str, list[JobCheck]] = {
-    "train": [check_model, check_data_present, check_disk, check_ports],
+    "train": [check_model, check_rollout_model, check_data_present, check_disk, check_ports],
     "eval": [check_model, check_data_present],
     "merge": [check_checkpoints, check_disk],
 }

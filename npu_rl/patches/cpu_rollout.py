@@ -29,6 +29,8 @@ from verl.workers.rollout import hf_rollout
 from verl.workers.rollout.base import BaseRollout
 from verl.workers.rollout.hf_rollout import HFRollout
 
+from .consistency import DRILL_ENV, WEIGHTS_DRILL, drilled
+
 
 def _without_position_ids(generate):
     """HFRollout passes the prompt's position_ids to ``generate``; transformers 4.52
@@ -68,10 +70,6 @@ def _hf_rollout_autocast(dtype: torch.dtype):
         hf_rollout.torch = torch
 
 
-DRILL_ENV = "NPU_RL_DRILL"
-WEIGHTS_DRILL = "rollout_weights"
-
-
 class CPURollout(HFRollout):
     def __init__(self, config, model_config, device_mesh):
         # HFRollout.__init__ has the pre-0.6 signature; set up as a BaseRollout instead.
@@ -98,9 +96,8 @@ class CPURollout(HFRollout):
         return None
 
     async def update_weights(self, weights: Generator[tuple[str, torch.Tensor], None, None], **kwargs):
-        drill = os.environ.get(DRILL_ENV) == WEIGHTS_DRILL
-        # The drill's noise is seeded: every drill run breaks the same weights the same way.
-        noise = torch.Generator().manual_seed(0) if drill else None
+        if os.environ.get(DRILL_ENV) == WEIGHTS_DRILL:
+            weights = drilled(weights)
         with torch.no_grad():
             for name, tensor in weights:
                 target = self._params.get(name)
@@ -108,8 +105,6 @@ class CPURollout(HFRollout):
                     # Tied lm_head / buffers that the inference copy shares.
                     continue
                 target.copy_(tensor.to(dtype=target.dtype))
-                if drill and target.numel() > 1:
-                    target.add_(torch.randn(target.shape, generator=noise, dtype=target.dtype) * target.std())
 
     def generate_sequences(self, prompts: DataProto) -> DataProto:
         with _hf_rollout_autocast(self.dtype):

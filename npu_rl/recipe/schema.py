@@ -765,6 +765,9 @@ class Recipe(Strict):
                 "model.enable_gradient_checkpointing with actor.strategy megatron needs actor.recompute "
                 "(verl 0.6.1 megatron ignores the flag; recompute is Megatron-core's recompute_* settings)"
             )
-        if self.resources.platform == "cpu" and self.rollout.name != "hf":
-            raise ValueError(f"resources.platform cpu needs rollout.name hf (got {self.rollout.name!r})")
+        if self.resources.platform == "cpu" and self.rollout.name not in ("hf", "vllm"):
+            raise ValueError(
+                f"resources.platform cpu samples with rollout.name hf, or vllm in the cpu-vllm image "
+                f"(got {self.rollout.name!r})"
+            )
         return self

@@ -49,6 +49,7 @@ def variables(recipe: Recipe) -> list[Var]:
         Var("NPU_RL_IMAGE", spec("a2").tag, "Ascend image of every NPU service (`npu-rl image build --variant a2`)"),
         Var("NPU_RL_EVAL_IMAGE", spec("a2", "eval").tag, "Ascend image with OpenCompass, for the eval service"),
         Var("NPU_RL_CPU_IMAGE", spec("cpu").tag, "CPU image of the cpu-demo service"),
+        Var("NPU_RL_CPU_VLLM_IMAGE", spec("cpu-vllm").tag, "CPU image with vLLM's CPU backend (cpu-vllm-demo)"),
         Var(
             "WORKSPACE_DIR",
             "../workspace",
@@ -56,8 +57,8 @@ def variables(recipe: Recipe) -> list[Var]:
         ),
         Var("NPU_DEVICE", "0", "Physical id N of the /dev/davinciN that NPU services get (see `npu-smi info`)"),
         Var("SHM_SIZE", DEFAULT_SHM, "Shared memory of NPU services (Ray's object store; `npu-rl doctor` checks it)"),
-        Var("CPU_SHM_SIZE", CPU_SHM, "Shared memory of the cpu-demo service"),
-        Var("DEMO_STEPS", str(DEMO_STEPS), "GRPO steps of the cpu-demo service"),
+        Var("CPU_SHM_SIZE", CPU_SHM, "Shared memory of the cpu-demo and cpu-vllm-demo services"),
+        Var("DEMO_STEPS", str(DEMO_STEPS), "GRPO steps of the cpu-demo and cpu-vllm-demo services"),
         Var(
             "DEMO_WARM_START_STEPS", str(DEMO_WARM_START_STEPS), "warm-start steps of the cpu-demo service's tiny model"
         ),
@@ -110,6 +111,7 @@ def context() -> dict:
         "passthrough": PASSTHROUGH,
         "ascend_args": build_args("a2"),
         "cpu_args": build_args("cpu"),
+        "cpu_vllm_args": build_args("cpu-vllm"),
         "control_devices": [f"/dev/{d}" for d in CONTROL_DEVICES],
         "host_mounts": HOST_MOUNTS,
         "run_dir": _in_container(run_files.log_root(recipe)),

@@ -83,9 +83,12 @@ def test_services(compose):
         "swanlab",
         "notebook",
         "cpu-demo",
+        "cpu-vllm-demo",
         "cpu-notebook",
     }
     assert compose["services"]["cpu-demo"]["profiles"] == ["cpu"]
+    assert compose["services"]["cpu-vllm-demo"]["profiles"] == ["cpu-vllm"]
+    assert "--rollout" in compose["services"]["cpu-vllm-demo"]["command"]
     assert compose["services"]["cpu-notebook"]["profiles"] == ["cpu"]
     # Both notebook services open the shipped notebooks from the checkout.
     for name in ("notebook", "cpu-notebook"):

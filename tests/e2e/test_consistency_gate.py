@@ -13,8 +13,7 @@ from console_steps import shown_steps
 from npu_rl import run_files
 from npu_rl.cli import main
 from npu_rl.exit_codes import Exit
-from npu_rl.patches.consistency import METRIC
-from npu_rl.patches.cpu_rollout import DRILL_ENV, WEIGHTS_DRILL
+from npu_rl.patches.consistency import DRILL_ENV, METRIC, WEIGHTS_DRILL
 from npu_rl.recipe import load_recipe
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(900)]

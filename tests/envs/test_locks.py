@@ -54,8 +54,8 @@ def test_check_names_the_locks_a_moved_pin_makes_stale(tmp_path):
     )
     assert out.returncode == 1
     stale = {line.split()[2].split("/")[-1].rstrip(":") for line in out.stderr.splitlines()}
-    # pyarrow is pinned in the CPU and NPU sets and dev follows cpu; the eval sets pin it too.
-    assert stale == {"cpu.txt", "dev.txt", "eval.txt", "npu.txt", "npu-eval.txt"}, out.stderr
+    # pyarrow is pinned in the CPU (both) and NPU sets and dev follows cpu; the eval sets pin it too.
+    assert stale == {"cpu.txt", "dev.txt", "eval.txt", "npu.txt", "npu-eval.txt", "vllm-cpu.txt"}, out.stderr
     assert all(line.startswith("npu-rl: error: ") for line in out.stderr.splitlines())
 
 

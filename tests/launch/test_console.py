@@ -142,6 +142,11 @@ def test_every_noise_entry_hides_a_line_of_a_real_run_and_says_why(entry):
         "UserWarning: Disabled critic as algorithm.adv_estimator != gae. If it is not intended, ...",
         "UserWarning: 'set_vital' is deprecated, please do not call",
         "WARNING:2026-12-03 22:03:53,105:`generation_config` default values have been modified to match",
+        # The cpu-vllm image's run of the tiny recipe with rollout.name vllm (tests/containers/test_vllm_rollout.py).
+        "WARNING 12-04 03:27:49 [env_override.py:17] NCCL_CUMEM_ENABLE is set to 0, skipping override. This may",
+        "WARNING 12-04 03:28:06 [utils.py:2737] Methods determine_num_available_blocks,device_config,"
+        "get_cache_block_size_bytes,initialize_cache not implemented in <vllm.v1.worker.cpu_worker.CPUWorker object>",
+        "WARNING 12-04 03:29:35 [_logger.py:72] Pin memory is not supported on CPU.",
     ]
     assert any(entry.matches(line) for line in seen) and len(entry.reason) > 20
 
