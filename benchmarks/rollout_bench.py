@@ -53,7 +53,6 @@ def run_once(rollout: str, steps: int, tag: str) -> dict[str, list[float]]:
         **VLLM_SETS,
         "rollout.name": rollout,
         "logging.experiment": f"rollout_bench_{tag}_{rollout}",
-        "logging.backends": "[console,file]",
         "algorithm.total_training_steps": steps,
         "checkpoint.test_freq": -1,
         "checkpoint.save_freq": -1,
@@ -98,7 +97,7 @@ def main() -> int:
                 overhead[rollout].append((gen - engine) / gen)
     hf, vllm = statistics.median(tok_s["hf"]), statistics.median(tok_s["vllm"])
     print(f"steps measured per rollout: {len(tok_s['hf'])} (hf) / {len(tok_s['vllm'])} (vllm)")
-    print(f"median generated tokens/s of the engine, per worker: hf {hf:.0f}, vllm {vllm:.0f}")
+    print(f"median generated tokens/s (the batch over the workers' generation time): hf {hf:.0f}, vllm {vllm:.0f}")
     print(f"median throughput ratio (vllm / hf): {vllm / hf:.2f}")
     for rollout in ROLLOUTS:
         print(

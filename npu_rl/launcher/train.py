@@ -95,9 +95,12 @@ def run_training(recipe: Recipe, *, ray_port: int | None = None, verbose: bool =
         code, error = _attempt(spec, recipe, address, ray_port, log, console)
     seconds = time.monotonic() - console.state.started
     if code == 0:  # after the live line is gone, so that this is the screen's last line
+        saved = run_files.latest_step(recipe)
+        trained = console.state.last[0] if console.state.last else spec.start_step or 0
+        # checkpoint.save_freq -1 saves nothing: say so rather than name a step folder that is not there.
+        where = f"global_step_{saved}" if saved is not None else f"step {trained} (no checkpoint saved)"
         print(
-            f"npu-rl: finished at global_step_{run_files.latest_step(recipe)} in {clock_text(seconds)}; "
-            f"verl's and Ray's output: {log_file}",
+            f"npu-rl: finished at {where} in {clock_text(seconds)}; verl's and Ray's output: {log_file}",
             flush=True,
         )
     run_files.rotate_checkpoints(recipe)
