@@ -1,4 +1,4 @@
-"""`npu-rl image build [--variant a2|a3|cpu] [--target runtime|eval] [--tag T]
+"""`npu-rl image build [--variant a2|a3|cpu|cpu-vllm] [--target runtime|eval] [--tag T]
 [--base-image REF | --stand-in] [--push]`."""
 
 from __future__ import annotations
@@ -25,7 +25,12 @@ def register(sub: argparse._SubParsersAction) -> None:
             "npu-rl image build --variant a3 --target eval --tag registry.example.com/npu-rl:a3-eval --push",
         ),
     )
-    b.add_argument("--variant", choices=VARIANTS, default="a2", help="Atlas A2, Atlas A3 or the CPU image")
+    b.add_argument(
+        "--variant",
+        choices=VARIANTS,
+        default="a2",
+        help="Atlas A2, Atlas A3, the CPU image, or the CPU image with vLLM's CPU backend (cpu-vllm)",
+    )
     b.add_argument(
         "--target",
         choices=ASCEND_TARGETS,

@@ -1,31 +1,40 @@
 """The NPU recipes' rollout engine on CPU: verl 0.6.1's vLLM rollout on vLLM 0.9.1's CPU backend, in the
 cpu-vllm image (`make image-cpu-vllm`), through the compose service users run (`cpu-vllm-demo`).
 
-One workspace, three runs, each through docker-compose against the image:
+One workspace, each run through docker-compose against the image:
 - the demo, short: a head-size-32 tiny model, GRPO through the launcher with the vLLM engine in each of the
   two FSDP workers (weights synced into it every step), the consistency gate at step 1 on vLLM's own
   log-probs, a checkpoint, merge, eval and the report;
 - `npu-rl train` resumed from that checkpoint for two more steps: a new engine per worker, the gate again;
 - the gate's drill (every weight sync into vLLM lands with noise): the run stops at its first step, before
-  the optimizer step, with exit INCONSISTENT.
+  the optimizer step, with exit INCONSISTENT;
+- the old_log_prob skip against the recomputed pass, one step each on vLLM's rollouts: the same rollouts,
+  the same actor metrics and the same parameters after the update.
 """
 
 from __future__ import annotations
 
 import json
+import math
 import os
 import re
+import shutil
 import subprocess
 import time
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import pytest
+import torch
 from console_steps import shown_steps
+from needs import missing_setup
 
+from npu_rl.defaults import DEMO_WARM_START_STEPS
 from npu_rl.exit_codes import Exit
 from npu_rl.image.build import build_variant
 from npu_rl.image.engine import engine
 from npu_rl.patches.consistency import DRILL_ENV, METRIC, WEIGHTS_DRILL
+from npu_rl.report.scalars import load_run
 
 REPO = Path(__file__).resolve().parents[2]
 COMPOSE = REPO / "compose" / "docker-compose.yml"
@@ -40,82 +49,156 @@ TRAIN += ["--set", "model.path=models/tiny-qwen2-vllm"]
 pytestmark = [pytest.mark.image, pytest.mark.timeout(2400)]
 
 
+def _tool(name: str, package: str) -> str:
+    """A tool's path; a module fixture cannot take the function-scoped ``require``, so the same rule here."""
+    found = shutil.which(name)
+    if not found:
+        missing_setup(f"{name} not found", f"apt-get install {package}")
+    return found
+
+
 def _compose(base: list[str], env: dict[str, str], *args: str, timeout: int) -> subprocess.CompletedProcess:
     return subprocess.run([*base, *args], env=env, capture_output=True, text=True, timeout=timeout)
 
 
-def test_the_vllm_rollout_trains_resumes_and_its_broken_sync_is_stopped(tmp_path, require, capsys):
-    compose = require("docker-compose")
+@dataclass
+class Demo:
+    """The workspace the short vLLM demo left, and how to run more jobs in it through compose."""
+
+    ws: Path
+    env: dict[str, str]
+    base: list[str]
+    log: str = ""  # the demo's compose output
+    measured: dict[str, float] = field(default_factory=dict)
+
+    @property
+    def run_dir(self) -> Path:
+        return self.ws / DEMO_DIR
+
+    def train(self, sets: dict[str, object], *env: str, timeout: int = 900) -> tuple[int, str]:
+        """`npu-rl train` of the vLLM recipe in the demo's workspace (``env``: NAME=VALUE for the container)."""
+        args = [a for k, v in sets.items() for a in ("--set", f"{k}={v}")]
+        extra = [a for e in env for a in ("-e", e)]
+        run = _compose(self.base, self.env, "run", "--rm", "-e", f"NPU_RL_WORKSPACE=/workspace/{DEMO_DIR}", *extra,
+                       SERVICE, *TRAIN, *args, timeout=timeout)  # fmt: skip
+        return run.returncode, run.stdout + run.stderr
+
+
+@pytest.fixture(scope="module")
+def demo(tmp_path_factory):
+    compose = _tool("docker-compose", "docker-compose")
     if not os.environ.get("DOCKER_HOST") and not Path("/var/run/docker.sock").exists():
-        require("podman")
-    built = build_variant("cpu-vllm", root=REPO, log=lambda _: None)
-    ws = tmp_path / "ws"
+        _tool("podman", "podman")
+    build_variant("cpu-vllm", root=REPO, log=lambda _: None)
+    ws = tmp_path_factory.mktemp("vllm") / "ws"
     ws.mkdir()
-    run_dir = ws / DEMO_DIR
-    measured: dict[str, float] = {}
     with engine() as eng:
         env = {
             **os.environ,
             "DOCKER_HOST": eng.host,
             "WORKSPACE_DIR": str(ws),
             "DEMO_STEPS": str(STEPS),
-            "DEMO_WARM_START_STEPS": "50",
+            # The demo's own warm start: a base that gets some answers right, so that rewards vary within a
+            # group and the equivalence below compares a real update (after 50 steps every score was 0).
+            "DEMO_WARM_START_STEPS": str(DEMO_WARM_START_STEPS),
             "COMPOSE_PROJECT_NAME": f"npurlvllm{os.getpid()}",
         }
         base = [compose, "-f", str(COMPOSE), "--profile", "cpu-vllm"]
-        in_demo = ["-e", f"NPU_RL_WORKSPACE=/workspace/{DEMO_DIR}"]
+        d = Demo(ws, env, base)
         try:
             start = time.monotonic()
-            demo = _compose(base, env, "up", "--no-build", "--abort-on-container-exit", "--exit-code-from", SERVICE,
-                            SERVICE, timeout=1500)  # fmt: skip
-            measured["demo_s"] = time.monotonic() - start
-            log = demo.stdout + demo.stderr
-            assert demo.returncode == 0, log[-4000:]
-            assert set(range(1, STEPS + 1)) <= set(shown_steps(log)), log[-3000:]
-            gate = re.search(r"npu-rl: consistency gate at step 1: rollout probs diff mean ([0-9.e-]+) <= ", log)
-            assert gate, log[-3000:]
-            measured["gap_step1"] = float(gate.group(1))
-            # vLLM's bfloat16 log-probs against the trainer's float32 ones: close, and not equal by construction
-            # (the hf rollout shares the trainer's module).
-            assert 0 < measured["gap_step1"] < 0.05
-            assert list(run_dir.rglob(f"global_step_{STEPS}/actor/huggingface/model.safetensors")), "no merged model"
-            assert list(run_dir.rglob("report/report.html"))
-            assert re.search(rf"held-out accuracy     : \d+\.\d\d -> \d+\.\d\d at step {STEPS} ", log), log[-3000:]
-
-            # Resumed: the checkpoint's weights go into two new engines, the gate measures again at step 5.
-            sets = {"algorithm.total_training_steps": STEPS + MORE}
-            args = [a for k, v in sets.items() for a in ("--set", f"{k}={v}")]
-            resumed = _compose(base, env, "run", "--rm", *in_demo, SERVICE, *TRAIN, *args, timeout=900)
-            log = resumed.stdout + resumed.stderr
-            assert resumed.returncode == 0, log[-4000:]
-            assert f"npu-rl: resuming tiny_math_cpu from global_step_{STEPS}" in log, log[-3000:]
-            assert shown_steps(log) == list(range(STEPS + 1, STEPS + MORE + 1)), log[-3000:]
-            gate = re.search(rf"consistency gate at step {STEPS + 1}: rollout probs diff mean ([0-9.e-]+) <= ", log)
-            assert gate, log[-3000:]
-            measured["gap_resumed"] = float(gate.group(1))
-
-            # The drill: a broken sync into vLLM is stopped at the first step, before the update.
-            sets = {"logging.experiment": "drill", "algorithm.total_training_steps": 2}
-            args = [a for k, v in sets.items() for a in ("--set", f"{k}={v}")]
-            drill = _compose(base, env, "run", "--rm", *in_demo, "-e", f"{DRILL_ENV}={WEIGHTS_DRILL}", SERVICE,
-                             *TRAIN, *args, timeout=900)  # fmt: skip
-            log = drill.stdout + drill.stderr
-            assert drill.returncode == Exit.INCONSISTENT, log[-4000:]
-            (line,) = [ln for ln in log.splitlines() if "npu-rl: error:" in ln]
-            assert "consistency gate at step 1: the rollout's token probabilities differ" in line, line
-            assert f"({METRIC}; limit " in line and "stopped before the optimizer step" in line
-            assert shown_steps(log) == []
-            verdicts = list(run_dir.rglob("drill/consistency.json"))
-            assert verdicts, "no verdict file"
-            (step,) = json.loads(verdicts[0].read_text())["steps"]
-            measured["gap_drill"] = step["probs_diff_mean"]
-            # Stopped, and far from a healthy run's gap (measured here: 0.108 against 0.00065).
-            assert not step["ok"] and step["probs_diff_mean"] > 20 * measured["gap_step1"]
+            up = _compose(base, env, "up", "--no-build", "--abort-on-container-exit", "--exit-code-from", SERVICE,
+                          SERVICE, timeout=1500)  # fmt: skip
+            d.measured["demo_s"] = time.monotonic() - start
+            d.log = up.stdout + up.stderr
+            assert up.returncode == 0, d.log[-4000:]
+            yield d
         finally:
             _compose(base, env, "down", timeout=300)
+
+
+def test_the_vllm_rollout_trains_resumes_and_its_broken_sync_is_stopped(demo, capsys):
+    log = demo.log
+    assert set(range(1, STEPS + 1)) <= set(shown_steps(log)), log[-3000:]
+    gate = re.search(r"npu-rl: consistency gate at step 1: rollout probs diff mean ([0-9.e-]+) <= ", log)
+    assert gate, log[-3000:]
+    demo.measured["gap_step1"] = float(gate.group(1))
+    # vLLM's bfloat16 log-probs against the trainer's float32 ones: close, and not equal by construction
+    # (the hf rollout shares the trainer's module).
+    assert 0 < demo.measured["gap_step1"] < 0.05
+    assert list(demo.run_dir.rglob(f"global_step_{STEPS}/actor/huggingface/model.safetensors")), "no merged model"
+    assert list(demo.run_dir.rglob("report/report.html"))
+    assert re.search(rf"held-out accuracy     : \d+\.\d\d -> \d+\.\d\d at step {STEPS} ", log), log[-3000:]
+
+    # Resumed: the checkpoint's weights go into two new engines, the gate measures again at step 5.
+    code, log = demo.train({"algorithm.total_training_steps": STEPS + MORE})
+    assert code == 0, log[-4000:]
+    assert f"npu-rl: resuming tiny_math_cpu from global_step_{STEPS}" in log, log[-3000:]
+    assert shown_steps(log) == list(range(STEPS + 1, STEPS + MORE + 1)), log[-3000:]
+    gate = re.search(rf"consistency gate at step {STEPS + 1}: rollout probs diff mean ([0-9.e-]+) <= ", log)
+    assert gate, log[-3000:]
+    demo.measured["gap_resumed"] = float(gate.group(1))
+
+    # The drill: a broken sync into vLLM is stopped at the first step, before the update.
+    code, log = demo.train(
+        {"logging.experiment": "drill", "algorithm.total_training_steps": 2}, f"{DRILL_ENV}={WEIGHTS_DRILL}"
+    )
+    assert code == Exit.INCONSISTENT, log[-4000:]
+    (line,) = [ln for ln in log.splitlines() if "npu-rl: error:" in ln]
+    assert "consistency gate at step 1: the rollout's token probabilities differ" in line, line
+    assert f"({METRIC}; limit " in line and "stopped before the optimizer step" in line
+    assert shown_steps(log) == []
+    verdicts = list(demo.run_dir.rglob("drill/consistency.json"))
+    assert verdicts, "no verdict file"
+    (step,) = json.loads(verdicts[0].read_text())["steps"]
+    demo.measured["gap_drill"] = step["probs_diff_mean"]
+    # Stopped, and far from a healthy run's gap (measured here: 0.108 against 0.00065).
+    assert not step["ok"] and step["probs_diff_mean"] > 20 * demo.measured["gap_step1"]
     with capsys.disabled():
         print(
-            f"\nimage {built.tag}: {built.size_bytes / 1e9:.2f} GB; demo ({STEPS} steps) {measured['demo_s']:.0f} s; "
-            f"{METRIC}: step 1 {measured['gap_step1']:.5f}, resumed {measured['gap_resumed']:.5f}, "
-            f"drill {measured['gap_drill']:.3f}"
+            f"\ncpu-vllm demo ({STEPS} steps) {demo.measured['demo_s']:.0f} s; {METRIC}: step 1 "
+            f"{demo.measured['gap_step1']:.5f}, resumed {demo.measured['gap_resumed']:.5f}, "
+            f"drill {demo.measured['gap_drill']:.3f}"
         )
+
+
+ACTOR_TAGS = ("actor/pg_loss", "actor/kl_loss", "actor/pg_clipfrac", "actor/grad_norm", "actor/entropy")
+ROLLOUT_TAGS = ("critic/score/mean", "critic/advantages/max", "response_length/mean")
+
+
+def _shards(step_dir: Path) -> dict:
+    shards = {}
+    for rank in (0, 1):
+        state = torch.load(step_dir / "actor" / f"model_world_size_2_rank_{rank}.pt", weights_only=False)
+        shards.update({(rank, k): v.to_local() if hasattr(v, "to_local") else v for k, v in state.items()})
+    return shards
+
+
+def test_the_old_log_prob_skip_equals_the_recomputed_pass_on_vllm_rollouts(demo):
+    """tests/old_log_prob/test_e2e_equivalence.py's claim on vLLM's rollouts: one step with the pass skipped
+    and one with it recomputed, from the demo's model, see the same rollouts and make the same update."""
+    runs = {}
+    for name, recompute in (("olp_skip", "false"), ("olp_recompute", "true")):
+        sets = {
+            "logging.experiment": name,
+            "optimizations.recompute_old_log_prob": recompute,
+            "algorithm.total_training_steps": 1,
+            "checkpoint.test_freq": -1,
+        }
+        code, log = demo.train(sets)
+        assert code == 0, log[-4000:]
+        logs = demo.run_dir / "logs" / "npu_rl_demo" / name
+        ckpt = demo.run_dir / "checkpoints" / "npu_rl_demo" / name / "global_step_1"
+        runs[name] = (load_run(logs), _shards(ckpt))
+    (skip, skip_params), (recompute, recompute_params) = runs["olp_skip"], runs["olp_recompute"]
+    # Same rollouts (vLLM seeded the same way in both runs), or nothing below means anything.
+    for tag in ROLLOUT_TAGS:
+        assert skip[tag].value_at(1) == recompute[tag].value_at(1), tag
+    assert abs(recompute["actor/pg_loss"].value_at(1)) > 1e-6, "no learning signal: the comparison is vacuous"
+    for tag in ACTOR_TAGS:
+        a, b = skip[tag].value_at(1), recompute[tag].value_at(1)
+        assert math.isfinite(a) and math.isfinite(b) and abs(a - b) <= 1e-5, f"{tag}: skip {a} vs recompute {b}"
+    assert "timing_s/old_log_prob" in recompute and "timing_s/old_log_prob" not in skip
+    assert skip_params.keys() == recompute_params.keys()
+    for key in skip_params:
+        torch.testing.assert_close(skip_params[key], recompute_params[key], rtol=1e-5, atol=1e-6, msg=str(key))
