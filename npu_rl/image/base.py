@@ -28,8 +28,9 @@ from typing import Any
 from .. import versions
 from ..errors import UserError
 from .engine import _one_line, docker_sdk
+from .spec import cpu_suite
 
-SUITE = "bookworm"
+SUITE = cpu_suite("cpu")
 PACKAGES: tuple[str, ...] = ("python3", "python3-pip", "python3-venv", "ca-certificates")
 # What building CPython needs (the python image's list, less Tk), and the run-time libraries
 # it links against, which stay when the build dependencies go.

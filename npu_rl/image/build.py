@@ -20,7 +20,7 @@ from .api import build_image, push_image, serve_files
 from .base import ensure_base, pull_if_missing
 from .engine import DEFAULT_HOST, engine
 from .engine import connect as _connect
-from .spec import CPU_LOCKS, build_args, spec
+from .spec import CPU_LOCKS, build_args, cpu_suite, spec
 
 
 def connect(host: str | None = None) -> Any:
@@ -91,8 +91,7 @@ def build_variant(
     with engine(host) as eng:
         log(f"engine: {eng.name} at {eng.host}")
         if variant in CPU_LOCKS:
-            suite = args["BASE_IMAGE"].rsplit("-", 1)[-1]
-            args["BASE_IMAGE"] = ensure_base(eng.client, base_image, suite, log=log)
+            args["BASE_IMAGE"] = ensure_base(eng.client, base_image, cpu_suite(variant), log=log)
         else:
             if stand_in:
                 args["BASE_IMAGE"] = ascend_standin.ensure(eng.client, root, nocache=nocache, verbose=verbose, log=log)

