@@ -16,36 +16,15 @@ Run it where vLLM's CPU backend is installed, the cpu-vllm image (`make image-cp
 
 from __future__ import annotations
 
-import argparse
-import os
 import statistics
-import sys
 import time
-from pathlib import Path
 
-from npu_rl import run_files
-from npu_rl.cli import main as npu_rl
+from train_runs import log, parse, prepare, train
+
 from npu_rl.demo import VLLM_MODEL_ARGS, VLLM_SETS
-from npu_rl.recipe import load_recipe
-from npu_rl.report.scalars import load_run
 
-RECIPE = "tiny_math_cpu"
 ROLLOUTS = ("hf", "vllm")
 GEN, ENGINE, LENGTH = "timing_s/gen", "timing_s/generate_sequences", "response_length/mean"
-
-
-def log(msg: str) -> None:
-    print(msg, file=sys.stderr, flush=True)
-
-
-def prepare() -> None:
-    recipe = load_recipe(RECIPE, VLLM_SETS)
-    if not (run_files.model_dir(recipe) / "config.json").is_file():
-        log("creating the tiny model (head size 32) ...")
-        assert npu_rl(["model", "tiny", "--out", str(run_files.model_dir(recipe)), *VLLM_MODEL_ARGS]) == 0
-    data = run_files.resolve(recipe.data.train_files[0]).parent
-    if not data.is_dir():
-        assert npu_rl(["data", "math", "--from", "sample", "--out", str(data)]) == 0
 
 
 def run_once(rollout: str, steps: int, tag: str) -> dict[str, list[float]]:
@@ -58,30 +37,16 @@ def run_once(rollout: str, steps: int, tag: str) -> dict[str, list[float]]:
         "checkpoint.save_freq": -1,
         "checkpoint.resume": "disable",
     }
-    args = ["train", "--recipe", RECIPE]
-    for key, value in overrides.items():
-        args += ["--set", f"{key}={value}"]
-    t0 = time.perf_counter()
-    if npu_rl(args) != 0:
-        raise SystemExit(f"training run {overrides['logging.experiment']} failed")
-    recipe = load_recipe(RECIPE, overrides)
-    scalars = load_run(run_files.log_root(recipe))
+    recipe, scalars, seconds = train(overrides)
     out = {t: list(scalars[t].values) for t in (GEN, ENGINE, LENGTH)}
     out["sequences"] = [float(recipe.algorithm.train_batch_size * recipe.algorithm.rollout_n)]
-    log(f"  {rollout}: {len(out[GEN])} steps in {time.perf_counter() - t0:.0f} s")
+    log(f"  {rollout}: {len(out[GEN])} steps in {seconds:.0f} s")
     return out
 
 
 def main() -> int:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--rounds", type=int, default=2, help="runs per rollout (alternating)")
-    ap.add_argument("--steps", type=int, default=6, help="training steps per run")
-    ap.add_argument("--warmup", type=int, default=1, help="leading steps of each run left out")
-    args = ap.parse_args()
-    if args.steps <= args.warmup:
-        raise SystemExit("--steps must exceed --warmup")
-    os.environ.setdefault("NPU_RL_WORKSPACE", str(Path(__file__).resolve().parents[1] / "workspace" / "bench"))
-    prepare()
+    args = parse(__doc__.splitlines()[0], rounds=2, steps=6, per="rollout")
+    prepare(VLLM_SETS, tuple(VLLM_MODEL_ARGS))
     tag = time.strftime("%H%M%S")
     tok_s: dict[str, list[float]] = {r: [] for r in ROLLOUTS}
     overhead: dict[str, list[float]] = {r: [] for r in ROLLOUTS}

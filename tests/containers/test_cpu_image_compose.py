@@ -6,29 +6,24 @@ docker-compose against it, with the compose file users run and a host workspace 
 
 from __future__ import annotations
 
-import os
 import re
-import subprocess
 import time
 from pathlib import Path
 
 import pytest
+from compose_run import compose_project, require_compose
 from console_steps import shown_steps
 
 from npu_rl.image.build import build_variant
-from npu_rl.image.engine import engine
 
 REPO = Path(__file__).resolve().parents[2]
-COMPOSE = REPO / "compose" / "docker-compose.yml"
 STEPS = 4
 
 pytestmark = [pytest.mark.image, pytest.mark.timeout(1800)]
 
 
-def test_cpu_image_builds_and_runs_the_demo_through_compose(tmp_path, require, capsys):
-    compose = require("docker-compose")
-    if not os.environ.get("DOCKER_HOST") and not Path("/var/run/docker.sock").exists():
-        require("podman")
+def test_cpu_image_builds_and_runs_the_demo_through_compose(tmp_path, capsys):
+    require_compose()
     logs: list[str] = []
     built = build_variant("cpu", root=REPO, log=logs.append)
     # The image is the locked set and the demo, not a second copy of either.
@@ -36,28 +31,11 @@ def test_cpu_image_builds_and_runs_the_demo_through_compose(tmp_path, require, c
 
     ws = tmp_path / "ws"
     ws.mkdir()
-    with engine() as eng:
-        # A short demo: the image is under test, not the learning (tests/e2e/test_demo_learns.py).
-        env = {
-            **os.environ,
-            "DOCKER_HOST": eng.host,
-            "WORKSPACE_DIR": str(ws),
-            "DEMO_STEPS": str(STEPS),
-            "DEMO_WARM_START_STEPS": "50",
-            "COMPOSE_PROJECT_NAME": f"npurltest{os.getpid()}",
-        }
-        base = [compose, "-f", str(COMPOSE), "--profile", "cpu"]
+    # A short demo: the image is under test, not the learning (tests/e2e/test_demo_learns.py).
+    variables = {"DEMO_STEPS": str(STEPS), "DEMO_WARM_START_STEPS": "50"}
+    with compose_project("cpu", ws, "npurltest", **variables) as compose:
         start = time.monotonic()
-        try:
-            run = subprocess.run(
-                [*base, "up", "--no-build", "--abort-on-container-exit", "--exit-code-from", "cpu-demo", "cpu-demo"],
-                env=env,
-                capture_output=True,
-                text=True,
-                timeout=1500,
-            )
-        finally:
-            subprocess.run([*base, "down"], env=env, capture_output=True, timeout=300)
+        run = compose.up("cpu-demo")
         seconds = time.monotonic() - start
     log = run.stdout + run.stderr
     assert run.returncode == 0, log[-4000:]

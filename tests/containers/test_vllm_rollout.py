@@ -16,28 +16,23 @@ from __future__ import annotations
 
 import json
 import math
-import os
 import re
-import shutil
-import subprocess
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import pytest
 import torch
+from compose_run import Compose, compose_project, require_compose
 from console_steps import shown_steps
-from needs import missing_setup
 
 from npu_rl.defaults import DEMO_WARM_START_STEPS
 from npu_rl.exit_codes import Exit
 from npu_rl.image.build import build_variant
-from npu_rl.image.engine import engine
 from npu_rl.patches.consistency import DRILL_ENV, METRIC, WEIGHTS_DRILL
 from npu_rl.report.scalars import load_run
 
 REPO = Path(__file__).resolve().parents[2]
-COMPOSE = REPO / "compose" / "docker-compose.yml"
 SERVICE = "cpu-vllm-demo"
 STEPS = 4
 MORE = 2
@@ -49,25 +44,12 @@ TRAIN += ["--set", "model.path=models/tiny-qwen2-vllm"]
 pytestmark = [pytest.mark.image, pytest.mark.timeout(2400)]
 
 
-def _tool(name: str, package: str) -> str:
-    """A tool's path; a module fixture cannot take the function-scoped ``require``, so the same rule here."""
-    found = shutil.which(name)
-    if not found:
-        missing_setup(f"{name} not found", f"apt-get install {package}")
-    return found
-
-
-def _compose(base: list[str], env: dict[str, str], *args: str, timeout: int) -> subprocess.CompletedProcess:
-    return subprocess.run([*base, *args], env=env, capture_output=True, text=True, timeout=timeout)
-
-
 @dataclass
 class Demo:
     """The workspace the short vLLM demo left, and how to run more jobs in it through compose."""
 
     ws: Path
-    env: dict[str, str]
-    base: list[str]
+    compose: Compose
     log: str = ""  # the demo's compose output
     measured: dict[str, float] = field(default_factory=dict)
 
@@ -79,42 +61,31 @@ class Demo:
         """`npu-rl train` of the vLLM recipe in the demo's workspace (``env``: NAME=VALUE for the container)."""
         args = [a for k, v in sets.items() for a in ("--set", f"{k}={v}")]
         extra = [a for e in env for a in ("-e", e)]
-        run = _compose(self.base, self.env, "run", "--rm", "-e", f"NPU_RL_WORKSPACE=/workspace/{DEMO_DIR}", *extra,
-                       SERVICE, *TRAIN, *args, timeout=timeout)  # fmt: skip
+        run = self.compose("run", "--rm", "-e", f"NPU_RL_WORKSPACE=/workspace/{DEMO_DIR}", *extra,
+                           SERVICE, *TRAIN, *args, timeout=timeout)  # fmt: skip
         return run.returncode, run.stdout + run.stderr
 
 
 @pytest.fixture(scope="module")
 def demo(tmp_path_factory):
-    compose = _tool("docker-compose", "docker-compose")
-    if not os.environ.get("DOCKER_HOST") and not Path("/var/run/docker.sock").exists():
-        _tool("podman", "podman")
+    require_compose()
     build_variant("cpu-vllm", root=REPO, log=lambda _: None)
     ws = tmp_path_factory.mktemp("vllm") / "ws"
     ws.mkdir()
-    with engine() as eng:
-        env = {
-            **os.environ,
-            "DOCKER_HOST": eng.host,
-            "WORKSPACE_DIR": str(ws),
-            "DEMO_STEPS": str(STEPS),
-            # The demo's own warm start: a base that gets some answers right, so that rewards vary within a
-            # group and the equivalence below compares a real update (after 50 steps every score was 0).
-            "DEMO_WARM_START_STEPS": str(DEMO_WARM_START_STEPS),
-            "COMPOSE_PROJECT_NAME": f"npurlvllm{os.getpid()}",
-        }
-        base = [compose, "-f", str(COMPOSE), "--profile", "cpu-vllm"]
-        d = Demo(ws, env, base)
-        try:
-            start = time.monotonic()
-            up = _compose(base, env, "up", "--no-build", "--abort-on-container-exit", "--exit-code-from", SERVICE,
-                          SERVICE, timeout=1500)  # fmt: skip
-            d.measured["demo_s"] = time.monotonic() - start
-            d.log = up.stdout + up.stderr
-            assert up.returncode == 0, d.log[-4000:]
-            yield d
-        finally:
-            _compose(base, env, "down", timeout=300)
+    variables = {
+        "DEMO_STEPS": str(STEPS),
+        # The demo's own warm start: a base that gets some answers right, so that rewards vary within a
+        # group and the equivalence below compares a real update (after 50 steps every score was 0).
+        "DEMO_WARM_START_STEPS": str(DEMO_WARM_START_STEPS),
+    }
+    with compose_project("cpu-vllm", ws, "npurlvllm", **variables) as compose:
+        d = Demo(ws, compose)
+        start = time.monotonic()
+        up = compose.up(SERVICE)
+        d.measured["demo_s"] = time.monotonic() - start
+        d.log = up.stdout + up.stderr
+        assert up.returncode == 0, d.log[-4000:]
+        yield d
 
 
 def test_the_vllm_rollout_trains_resumes_and_its_broken_sync_is_stopped(demo, capsys):
