@@ -8,12 +8,14 @@ nodes registered fewer NPUs than expected (a pod given too few devices).
 from __future__ import annotations
 
 import contextlib
+import logging
 import signal
 import threading
 import time
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 
+from . import rayauth
 from .probe import Address, Deadline
 
 
@@ -68,13 +70,18 @@ def connected(address: str, namespace: str) -> Iterator[None]:
     signal handlers kept."""
     import ray  # lazy: ray
 
+    rayauth.observe_in_process()
     # ray.init replaces the SIGTERM handler with sys.exit; the caller's (which stops child processes) must survive it.
     # Handlers belong to the main thread (`ray wait` runs this in another one, where ray.init leaves them be).
     in_main = threading.current_thread() is threading.main_thread()
     previous = {s: signal.getsignal(s) for s in (signal.SIGTERM, signal.SIGINT)} if in_main else {}
     try:
         ray.init(
-            address=address, log_to_driver=False, logging_level="ERROR", configure_logging=False, namespace=namespace
+            address=address,
+            log_to_driver=False,
+            logging_level=logging.ERROR,
+            configure_logging=False,
+            namespace=namespace,
         )
     finally:
         for s, handler in previous.items():  # at once: a SIGTERM during the block must reach the caller's

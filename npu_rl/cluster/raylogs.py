@@ -2,10 +2,11 @@
 exited, and the fatal line a daemon logs in its session's ``logs/<daemon>.out`` before it aborts.
 
 Ray's C++ daemons log ``[date time C pid tid] (raylet) file.cc:N: message`` for a fatal check (the ``C``
-level; ray 2.46 ``src/ray/util/logging.cc``); ``ray start --block`` prints "Some Ray subprocesses exited
-unexpectedly:" and ``raylet [exit code=1]`` for each, then kills the rest (ray 2.46
-``python/ray/scripts/scripts.py`` 1215-1225). A daemon that dies during start-up leaves ``ray start`` waiting
-30 s for its socket (``services.wait_for_node``), so the log is read while it waits.
+level; ray 2.60 ``src/ray/util/logging.cc``); ``ray start --block`` prints "Some Ray subprocesses exited
+unexpectedly:" and ``raylet [exit code=1]`` for each, then up to 200 lines of each dead daemon's log, then
+kills the rest (ray 2.60 ``python/ray/scripts/scripts.py`` 79-131, 1305-1317). A daemon that dies during
+start-up leaves ``ray start`` waiting 30 s for its socket (``services.wait_for_node``), so the log is read
+while it waits.
 """
 
 from __future__ import annotations
@@ -18,9 +19,11 @@ from pathlib import Path
 from ..console.lines import read
 
 DAEMON_LOGS = ("gcs_server*.out", "raylet*.out")
-DEFAULT_TEMP_DIR = "/tmp/ray"  # ray 2.46 ray._private.utils.get_ray_temp_dir without RAY_TMPDIR
+EXIT_REPORT = "Ray subprocesses exited unexpectedly"
+DEFAULT_TEMP_DIR = "/tmp/ray"  # ray 2.60 ray/_common/utils.py get_default_ray_temp_dir, no RAY_TMPDIR/TMPDIR
 _FATAL = re.compile(r"^\[(?P<when>\S+ \S+) C \d+ \d+\] \((?P<daemon>[\w ]+)\) \S+: (?P<message>.*)$")
-_EXITED = re.compile(r"^\s*(?P<daemon>[\w ]+?) \[exit code=(?P<code>-?\d+)\]")
+# ray 2.60 prefixes its CLI lines with the time, level and source ("... ERR scripts.py:88 -- ").
+_EXITED = re.compile(r"^(?:.* -- )?\s*(?P<daemon>[\w ]+?) \[exit code=(?P<code>-?\d+)\]")
 _PORT = re.compile(r"\bport (?:is )?(\d{2,5})\b")
 
 
@@ -30,7 +33,8 @@ def temp_dir(argv: Sequence[str], environ: dict[str, str]) -> Path:
             return Path(arg.split("=", 1)[1])
         if arg == "--temp-dir" and i + 1 < len(argv):
             return Path(argv[i + 1])
-    return Path(environ.get("RAY_TMPDIR") or DEFAULT_TEMP_DIR)
+    base = environ.get("RAY_TMPDIR") or environ.get("TMPDIR")
+    return Path(base, "ray") if base else Path(DEFAULT_TEMP_DIR)
 
 
 def port_option(argv: Sequence[str], port: int) -> str | None:
@@ -94,7 +98,7 @@ def exited_daemons(output: Sequence[str]) -> list[str]:
     found, reporting = [], False
     for raw in output:
         text = read(raw).text
-        if "Ray subprocesses exited unexpectedly" in text:
+        if EXIT_REPORT in text:
             reporting = True
             continue
         m = _EXITED.match(text) if reporting else None

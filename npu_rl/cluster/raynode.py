@@ -17,7 +17,6 @@ import subprocess
 import sys
 import threading
 import time
-from collections import deque
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -25,6 +24,7 @@ from pathlib import Path
 from ..console import noise
 from . import proctree, raylogs
 from .probe import Address, Deadline
+from .rayports import NodeLayout
 
 STARTED_MARKER = "Ray runtime started."
 
@@ -33,8 +33,10 @@ STARTED_MARKER = "Ray runtime started."
 class NodeSpec:
     npus: int
     node_ip: str
-    dashboard: bool = True
+    dashboard: bool = False
     extra_args: Sequence[str] = field(default_factory=tuple)
+    # Ports and temp dir of its own (npu_rl.cluster.rayports); the empty layout leaves them to Ray.
+    layout: NodeLayout = field(default_factory=lambda: NodeLayout({}, None, ()))
 
 
 def beside_python(name: str) -> str:
@@ -64,13 +66,16 @@ def _common(spec: NodeSpec) -> list[str]:
         f"--node-ip-address={spec.node_ip}",
         f"--resources={json.dumps(registered_resources(spec.npus))}",
         "--num-gpus=0",
+        *spec.layout.argv(),
     ]
 
 
 def head_argv(spec: NodeSpec, port: int) -> list[str]:
     argv = [ray_executable(), "start", "--head", f"--port={port}", *_common(spec)]
     if spec.dashboard:
-        argv += ["--include-dashboard=true", "--dashboard-host=0.0.0.0"]
+        # Only this host reaches it (an SSH tunnel or `kubectl port-forward` for a person), and with the
+        # token on it answers 401 without it (ray 2.60 dashboard/http_server_head.py).
+        argv += ["--include-dashboard=true", "--dashboard-host=127.0.0.1"]
     else:
         argv += ["--include-dashboard=false"]
     return argv + list(spec.extra_args)
@@ -80,14 +85,15 @@ def worker_argv(spec: NodeSpec, head: Address) -> list[str]:
     return [ray_executable(), "start", f"--address={head}", *_common(spec), *spec.extra_args]
 
 
-def kuberay_argv(generated: str, node_ip: str) -> list[str]:
-    """KubeRay's generated `ray start` (from rayStartParams), pinned to the chosen interface."""
+def kuberay_argv(generated: str, node_ip: str, layout: NodeLayout | None = None) -> list[str]:
+    """KubeRay's generated `ray start` (from rayStartParams), pinned to the chosen interface, with this
+    node's own ports and temp dir where rayStartParams set none."""
     argv = shlex.split(generated)
     if not any(a.startswith("--node-ip-address") for a in argv):
         argv.append(f"--node-ip-address={node_ip}")
     if "--block" not in argv:
         argv.append("--block")
-    return argv
+    return argv + (layout.argv() if layout else [])
 
 
 class RayNode:
@@ -99,8 +105,10 @@ class RayNode:
         env: Mapping[str, str],
         log: Callable[[str], None],
         output: Callable[[str], None] | None = None,
+        owned: Path | None = None,
     ):
         self.argv = argv
+        self.owned = owned  # the node's own temp dir (and token), removed once it stopped
         self.env = dict(env)
         self.log = log
         # Where Ray's own lines go ("[ray] ..." on stderr unless told otherwise: `npu-rl train` keeps them
@@ -108,7 +116,9 @@ class RayNode:
         self.output = output or _to_stderr
         self.proc: subprocess.Popen[str] | None = None
         self.started_at = time.time()
-        self.said: deque[str] = deque(maxlen=200)  # ray start's last lines: its report of dead daemons
+        # ray start's report of dead daemons: its first lines from the report's heading on (ray 2.60 follows
+        # them with up to 200 lines of each dead daemon's log, which would push them out of a tail).
+        self.said: list[str] = []
         self._started = threading.Event()
         self._reader: threading.Thread | None = None
 
@@ -136,7 +146,8 @@ class RayNode:
         for line in self.proc.stdout:
             if STARTED_MARKER in line:
                 self._started.set()
-            self.said.append(line)
+            if (self.said or raylogs.EXIT_REPORT in line) and len(self.said) < 40:
+                self.said.append(line)
             self.output(line)
         self.output("")
 
@@ -180,13 +191,19 @@ class RayNode:
         """SIGTERM ``ray start --block`` (it stops the daemons it started), then end whatever of
         its tree is left (agents outlive a raylet whose GCS is gone; daemons re-parent)."""
         if self.proc is None:
+            self._forget()
             return None
         code = proctree.stop(self.proc, grace)
         with contextlib.suppress(ProcessLookupError, PermissionError):
             os.killpg(self.proc.pid, signal.SIGKILL)
         if self._reader is not None:
             self._reader.join(timeout=5)
+        self._forget()
         return code
+
+    def _forget(self) -> None:
+        if self.owned is not None:
+            shutil.rmtree(self.owned, ignore_errors=True)
 
 
 _QUIET = noise.Tracebacks()  # one `ray start` per npu-rl process writes to its stderr

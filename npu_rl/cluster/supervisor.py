@@ -19,6 +19,7 @@ from __future__ import annotations
 import contextlib
 import functools
 import os
+import shlex
 import subprocess
 import sys
 import threading
@@ -29,7 +30,7 @@ from dataclasses import dataclass, field
 from .. import defaults
 from ..errors import UserError
 from ..exit_codes import Exit
-from . import network, proctree
+from . import network, proctree, rayauth, rayports
 from .membership import ClusterTimeout, Expectation, wait_for_cluster
 from .probe import Address, Deadline, backoff, port_free, port_open, wait_for_port
 from .raynode import NodeSpec, RayNode, child_env, head_argv, kuberay_argv, worker_argv
@@ -50,8 +51,9 @@ class HeadOptions:
     port: int = defaults.RAY_PORT
     ifname: str | None = None
     head_host: str | None = None
-    dashboard: bool = True
+    dashboard: bool = False
     extra_args: Sequence[str] = field(default_factory=tuple)
+    port_range: tuple[int, int] | None = None
     start_timeout: float = defaults.RAY_START_TIMEOUT_S
     wait_timeout: float = defaults.NODES_TIMEOUT_S
     command: Sequence[str] = field(default_factory=tuple)
@@ -64,6 +66,7 @@ class WorkerOptions:
     npus: int
     ifname: str | None = None
     extra_args: Sequence[str] = field(default_factory=tuple)
+    port_range: tuple[int, int] | None = None
     join_timeout: float = defaults.NODES_TIMEOUT_S
     head_lost_after: float = defaults.HEAD_LOST_AFTER_S
     probe_interval: float = defaults.PROBE_INTERVAL_S
@@ -79,11 +82,16 @@ def _local_interface(head_host: str | None, ifname: str | None) -> network.Inter
     return network.select_interface(head_ip, ifname, os.environ)
 
 
-def _env_for(iface: network.Interface) -> dict[str, str]:
+def _env_for(iface: network.Interface, auth: dict[str, str]) -> dict[str, str]:
     extra = network.network_env(iface, os.environ)
     log(f"interface {iface.name} ({iface.ip}): {iface.why}")
     log(" ".join(f"{k}={v}" for k, v in sorted(extra.items())))
-    return child_env(extra)
+    return child_env({**extra, **auth})
+
+
+def _layout(head: bool, generated: str | None, extra: Sequence[str], port_range) -> rayports.NodeLayout:
+    given = [*(shlex.split(generated) if generated else ()), *extra]
+    return rayports.layout(head, given, port_range)
 
 
 def run_head(opts: HeadOptions) -> int:
@@ -92,11 +100,23 @@ def run_head(opts: HeadOptions) -> int:
         raise ClusterError(
             f"port {opts.port} on {iface.ip} is in use; pass another --port or stop what listens there", Exit.RAY_FAILED
         )
-    env = _env_for(iface)
-    spec = NodeSpec(npus=opts.npus, node_ip=iface.ip, dashboard=opts.dashboard, extra_args=opts.extra_args)
-    argv = kuberay_argv(opts.kuberay_cmd, iface.ip) if opts.kuberay_cmd else head_argv(spec, opts.port)
+    auth = rayauth.given(os.environ)  # before Ray starts: a bad token file is one line
+    if auth is None and opts.nnodes > 1:
+        raise ClusterError(f"a head that workers join needs the job's Ray token: {rayauth.HOW}", Exit.BAD_INPUT)
+    layout = _layout(True, opts.kuberay_cmd, opts.extra_args, opts.port_range)
+    owned = layout.temp_dir
+    if auth is None:
+        assert owned is not None, "a lone head without a token needs its own temp dir"
+        auth = {rayauth.MODE_ENV: "token", rayauth.PATH_ENV: str(rayauth.new_token(owned))}
+        log(f"no Ray token given: made one for this head in {auth[rayauth.PATH_ENV]} (drivers need {rayauth.PATH_ENV})")
+    os.environ.update(auth)  # this process's own ray.init (waiting for the nodes) needs the token too
+    env = {**_env_for(iface, auth), **layout.env}
+    spec = NodeSpec(
+        npus=opts.npus, node_ip=iface.ip, dashboard=opts.dashboard, extra_args=opts.extra_args, layout=layout
+    )
+    argv = kuberay_argv(opts.kuberay_cmd, iface.ip, layout) if opts.kuberay_cmd else head_argv(spec, opts.port)
     address = Address(iface.ip, opts.port)
-    node = RayNode(argv, env, log)
+    node = RayNode(argv, env, log, owned=owned)
     job: subprocess.Popen | None = None
     with proctree.reaped(), proctree.signals_raise():
         try:
@@ -226,17 +246,24 @@ def _watch_head(node: RayNode, opts: WorkerOptions) -> int:
 def run_worker(opts: WorkerOptions) -> int:
     deadline = Deadline(opts.join_timeout)
 
+    auth = rayauth.required(os.environ, "a Ray worker")  # at once, not after the join timeout
+
     @functools.cache
     def prepared() -> tuple[network.Interface, dict[str, str]]:
         # The route to the head is only known once its name resolves, i.e. after the first probe succeeds.
         iface = _local_interface(opts.head.host, opts.ifname)
-        return iface, _env_for(iface)
+        return iface, _env_for(iface, auth)
 
     def make_node() -> RayNode:
         iface, env = prepared()
-        spec = NodeSpec(npus=opts.npus, node_ip=iface.ip, extra_args=opts.extra_args)
-        argv = kuberay_argv(opts.kuberay_cmd, iface.ip) if opts.kuberay_cmd else worker_argv(spec, opts.head)
-        return RayNode(argv, env, log)
+        # Fresh ports per attempt: a port another process took since is not tried again.
+        layout = _layout(False, opts.kuberay_cmd, opts.extra_args, opts.port_range)
+        spec = NodeSpec(npus=opts.npus, node_ip=iface.ip, extra_args=opts.extra_args, layout=layout)
+        if opts.kuberay_cmd:
+            argv = kuberay_argv(opts.kuberay_cmd, iface.ip, layout)
+        else:
+            argv = worker_argv(spec, opts.head)
+        return RayNode(argv, env, log, owned=layout.temp_dir)
 
     node: RayNode | None = None
     with proctree.reaped(), proctree.signals_raise():
@@ -253,6 +280,7 @@ def run_worker(opts: WorkerOptions) -> int:
 
 
 def run_wait(head: Address, want: Expectation, timeout: float) -> int:
+    os.environ.update(rayauth.required(os.environ, "npu-rl ray wait"))
     import ray  # noqa: F401  # lazy: ray; imported before the deadline starts, not counted against the head
 
     deadline = Deadline(timeout)

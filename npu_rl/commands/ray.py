@@ -20,6 +20,7 @@ import shlex
 
 from .. import defaults
 from ..cluster.probe import Address
+from ..cluster.rayports import RANGE_ENV, parse_range
 from ..errors import UserError
 from . import options
 
@@ -42,7 +43,15 @@ def _starts_ray(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--ray-args",
         default=os.environ.get("NPU_RL_RAY_ARGS", ""),
-        help="extra `ray start` arguments, one shell-quoted string (default $NPU_RL_RAY_ARGS)",
+        help="extra `ray start` arguments, one shell-quoted string (default $NPU_RL_RAY_ARGS); a port or "
+        "--temp-dir given here is used instead of the node's own",
+    )
+    p.add_argument(
+        "--ray-ports",
+        metavar="LO-HI",
+        default=os.environ.get(RANGE_ENV),
+        help="choose this node's Ray ports inside LO-HI (a firewall's range; default: free ports below the "
+        f"kernel's ephemeral range, or ${RANGE_ENV})",
     )
 
 
@@ -62,7 +71,7 @@ def register(sub: argparse._SubParsersAction) -> None:
         help="start the Ray head; with `-- COMMAND`, run it once all nodes joined",
         **options.examples(
             "npu-rl ray head --nodes 2 --devices 16 -- npu-rl train --recipe /etc/npu-rl/recipe.yaml",
-            "npu-rl ray head --recipe deepseek_r1_671b_a3 --ifname eth0 --no-dashboard",
+            "npu-rl ray head --recipe deepseek_r1_671b_a3 --ifname eth0 --ray-ports 30000-30999",
         ),
     )
     _common(h)
@@ -80,7 +89,11 @@ def register(sub: argparse._SubParsersAction) -> None:
         default=float(defaults.RAY_START_TIMEOUT_S),
         help=f"seconds for `ray start` to come up (default {defaults.RAY_START_TIMEOUT_S})",
     )
-    h.add_argument("--no-dashboard", action="store_true", help="do not serve the Ray dashboard")
+    dash = h.add_mutually_exclusive_group()
+    dash.add_argument(
+        "--dashboard", action="store_true", help="serve the Ray dashboard on 127.0.0.1 (it asks for the Ray token)"
+    )
+    dash.add_argument("--no-dashboard", action="store_true", help=argparse.SUPPRESS)  # the default; old spelling
     h.add_argument(
         "command",
         nargs=argparse.REMAINDER,
@@ -201,6 +214,10 @@ def _address(text: str, port: int):
         raise UserError(f"--address: {err}") from None
 
 
+def _range(args: argparse.Namespace) -> tuple[int, int] | None:
+    return parse_range(args.ray_ports) if args.ray_ports else None
+
+
 def _head(args: argparse.Namespace) -> int:
     from ..cluster.placement import detect  # lazy: the job
     from ..cluster.supervisor import HeadOptions, run_head  # lazy: the job
@@ -220,8 +237,9 @@ def _head(args: argparse.Namespace) -> int:
             port=port,
             ifname=args.ifname,
             head_host=placement.head_host,
-            dashboard=not args.no_dashboard,
+            dashboard=args.dashboard,
             extra_args=_extra(args),
+            port_range=_range(args),
             start_timeout=args.start_timeout,
             wait_timeout=args.wait_timeout,
             command=command,
@@ -247,6 +265,7 @@ def _worker(args: argparse.Namespace) -> int:
             npus=devices,
             ifname=args.ifname,
             extra_args=_extra(args),
+            port_range=_range(args),
             join_timeout=args.join_timeout,
             head_lost_after=args.head_lost_after,
             probe_interval=args.probe_interval,

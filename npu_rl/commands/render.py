@@ -50,6 +50,12 @@ def register(sub: argparse._SubParsersAction) -> None:
     k.add_argument("--queue", default=defaults.K8S_QUEUE, help="Volcano queue")
     k.add_argument("--pvc", default=defaults.K8S_PVC, help="ReadWriteMany claim mounted at /workspace")
     k.add_argument("--shm-size", default=defaults.K8S_SHM_SIZE, help="memory-backed /dev/shm per pod")
+    options.add_ray_port(k, "GCS port of the job's Ray head (default: one per job name, 6400-7999)")
+    k.add_argument(
+        "--ray-token-secret",
+        default=None,
+        help="Volcano: the Secret holding the job's Ray token under the key 'token' (default <job>-ray-token)",
+    )
     k.add_argument(
         "--max-retry", type=int, default=defaults.K8S_MAX_RETRY, help="job restarts on pod failure or eviction"
     )
@@ -76,7 +82,15 @@ def _k8s(args: argparse.Namespace) -> int:
     from ..render.k8s import K8sOptions, render_k8s  # lazy: the job
 
     recipe = options.load(args)
-    k8s = K8sOptions(image=args.image, queue=args.queue, pvc=args.pvc, shm_size=args.shm_size, max_retry=args.max_retry)
+    k8s = K8sOptions(
+        image=args.image,
+        queue=args.queue,
+        pvc=args.pvc,
+        shm_size=args.shm_size,
+        max_retry=args.max_retry,
+        ray_token_secret=args.ray_token_secret,
+        ray_port=args.ray_port,
+    )
     for path in render_k8s(recipe, args.target, args.out, nodes=args.nodes, options=k8s):
         print(f"wrote {path}")
     return 0

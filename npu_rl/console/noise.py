@@ -24,8 +24,8 @@ class Noise:
 NOISE: tuple[Noise, ...] = (
     Noise(
         r"Failed to detect NPU type|No module named 'acl'",
-        "Ray asks AscendCL for the NPU type when a node has NPU resources (ray 2.46 "
-        "ray/_private/accelerators/npu.py, logger.exception); CPU hosts register worker slots as NPU without "
+        "Ray asks AscendCL for the NPU type when a node has NPU resources (ray 2.60 "
+        "ray/_private/accelerators/npu.py 77-82, logger.exception); CPU hosts register worker slots as NPU without "
         "CANN, and the type is never used",
     ),
     Noise(

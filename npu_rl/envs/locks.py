@@ -149,7 +149,7 @@ def envs() -> dict[str, Env]:
     # Left out of every lock that would pull it (jupyter-events' jsonschema[format-nongpl]): jsonschema
     # imports it whenever it is installed (jsonschema 4.26.0 _format.py:328) and it builds an Earley
     # parser of RFC 3987 at import, 2.5-5 s of CPU here. Ray imports jsonschema in every process it
-    # starts (ray 2.46 _private/runtime_env/plugin_schema_manager.py:3), so each daemon, driver,
+    # starts (ray 2.60 _private/runtime_env/plugin_schema_manager.py:6), so each daemon, driver,
     # TaskRunner and worker of every run paid it, for "iri" format checks that nothing here makes.
     # pip check does not look at extras.
     slow_import = (f"rfc3987-syntax ; {NEVER}",)

@@ -4,12 +4,19 @@ It is a :class:`npu_rl.cluster.raynode.RayNode` (``ray start --head --block`` in
 its own process group), so stopping it stops exactly this run's daemons and
 never another Ray on the same machine, which ``ray stop`` would. A ``--ray-port``
 that is in use is refused earlier, by the train preflight (``npu-rl doctor``'s port check).
+
+Like a pod's node it has ports and a temp dir of its own (npu_rl.cluster.rayports), so runs beside
+each other on one machine never meet, and a token of its own (npu_rl.cluster.rayauth): while it runs,
+this process's environment carries the token's variables, so the verl driver, the stack dumps and any
+``ray.init`` of this process reach it and nothing else does.
 """
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable
 
+from ..cluster import rayauth, rayports
 from ..cluster.probe import Deadline, free_port
 from ..cluster.raynode import NodeSpec, RayNode, child_env, head_argv
 from ..errors import UserError
@@ -29,26 +36,20 @@ class LocalRayHead:
         output: Callable[[str], None] | None = None,
     ):
         self.port = port or free_port()
-        # Ray's client server defaults to port 10001 on every head; a second run on the
-        # same machine would collide, so each run takes a free one. Workers too: every raylet hands
-        # out worker ports from the same default range (10002-19999), so two runs on one machine race
-        # for them ("Failed to start the grpc server. The specified port is 10003"); with the range 0
-        # the raylet passes no port and each worker binds one the OS picks (ray 2.46
-        # src/ray/raylet/worker_pool.cc, WorkerPool::WorkerPool: free_ports_ only for a non-zero range).
-        extra = [
-            f"--num-cpus={num_cpus}",
-            f"--ray-client-server-port={free_port()}",
-            "--min-worker-port=0",
-            "--max-worker-port=0",
-        ]
-        spec = NodeSpec(npus=npus, node_ip="127.0.0.1", dashboard=False, extra_args=extra)
+        layout = rayports.layout(head=True)
+        assert layout.temp_dir is not None
+        # A token per run, whatever the environment holds: this head is nobody else's.
+        self.auth = {rayauth.MODE_ENV: "token", rayauth.PATH_ENV: str(rayauth.new_token(layout.temp_dir))}
+        spec = NodeSpec(npus=npus, node_ip="127.0.0.1", extra_args=[f"--num-cpus={num_cpus}"], layout=layout)
         # inherit=False: ``env`` is the raylet's whole environment, not an addition to this process's.
         self.node = RayNode(
             head_argv(spec, self.port),
-            child_env(env) if inherit else dict(env),
+            {**(child_env(env) if inherit else dict(env)), **self.auth, **layout.env},
             log=log or (lambda line: print(f"npu-rl: {line}")),
             output=output,
+            owned=layout.temp_dir,
         )
+        self._saved: dict[str, str | None] = {}
         self.startup_timeout = startup_timeout
 
     @property
@@ -56,15 +57,25 @@ class LocalRayHead:
         return f"127.0.0.1:{self.port}"
 
     def start(self) -> LocalRayHead:
+        self._saved = {k: os.environ.get(k) for k in (*self.auth, rayauth.TOKEN_ENV)}
+        os.environ.pop(rayauth.TOKEN_ENV, None)  # it would win over this head's file
+        os.environ.update(self.auth)
+        rayauth.observe_in_process()
         self.node.start()
         if not self.node.wait_started(Deadline(self.startup_timeout)):
             why = self.node.failure()  # read before stop(): ray start's last lines and the daemons' logs
-            self.node.stop()
+            self.stop()
             raise UserError(f"ray head on {self.address} did not start: {why}")
         return self
 
     def stop(self) -> None:
         self.node.stop()
+        for k, v in self._saved.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
+        rayauth.observe_in_process()
 
     def __enter__(self) -> LocalRayHead:
         return self.start()

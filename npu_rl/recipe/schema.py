@@ -6,6 +6,7 @@ field rather than a silently ignored setting.
 
 from __future__ import annotations
 
+import re
 from typing import Any, Literal, get_args
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
@@ -600,6 +601,13 @@ class PrepareSpec(Strict):
     )
 
 
+# Variable names that hold secrets (HF_TOKEN, SWANLAB_API_KEY, WANDB_API_KEY, RAY_AUTH_TOKEN, ..._PASSWORD).
+# Whole words of the name only: TOKENIZERS_PARALLELISM is no secret.
+SECRET_NAME = re.compile(
+    r"(^|_)(TOKEN|API_KEY|SECRET|SECRET_KEY|PASSWORD|PASSWD|CREDENTIALS?|ACCESS_KEY)(_|$)", re.IGNORECASE
+)
+
+
 class Recipe(Strict):
     """One GRPO run, from the model and data to the cluster it runs on."""
 
@@ -623,7 +631,7 @@ class Recipe(Strict):
         default_factory=dict,
         description="Environment exported to every process "
         "(the driver and, through verl `+ray_kwargs.ray_init.runtime_env.env_vars`, every "
-        "Ray worker)",
+        "Ray worker); never a secret (a token, key or password: pass those in the environment)",
     )
     verl_overrides: dict[str, Any] = Field(
         default_factory=dict,
@@ -633,6 +641,20 @@ class Recipe(Strict):
         default_factory=list,
         description="Fields whose values the source articles do not give (documented guesses); npu-rl only",
     )
+
+    @model_validator(mode="after")
+    def _no_secrets(self) -> Recipe:
+        # A recipe travels in plain text: into ConfigMaps, rendered manifests, verl's argv (runtime_env) and
+        # its log. Secrets come from the environment (compose: .env; Kubernetes: a Secret), which Ray's
+        # daemons and workers inherit.
+        held = sorted(k for k in self.env if SECRET_NAME.search(k))
+        if held:
+            raise ValueError(
+                f"env holds {', '.join(held)}, which look like secrets; set them in the environment of "
+                "`npu-rl train` (docker compose: compose/.env; Kubernetes: a Secret in the pod's env), "
+                "never in a recipe"
+            )
+        return self
 
     @model_validator(mode="after")
     def _watchdog_heartbeat(self) -> Recipe:

@@ -16,6 +16,7 @@ all NPUs and trains, and Volcano gang-schedules the cluster (``ray.io/scheduler-
 
 from __future__ import annotations
 
+import hashlib
 import json
 import re
 from dataclasses import dataclass, field, replace
@@ -37,6 +38,11 @@ TARGETS = defaults.K8S_TARGETS
 RECIPE_DIR = PurePosixPath("/etc/npu-rl")
 RECIPE_FILE = "recipe.yaml"
 WORKSPACE = PurePosixPath("/workspace")  # NPU_RL_WORKSPACE of the image
+# Below the ports a node picks for itself (20000 up to the kernel's ephemeral range) and clear of Ray's
+# fixed defaults (8265 dashboard, 10001 client server).
+JOB_PORTS = (6400, 7999)
+RAY_TOKEN_DIR = PurePosixPath("/etc/npu-rl-ray")
+RAY_TOKEN_KEY = "token"
 # HCCL reads the NPU NICs' addresses from here when it talks across nodes.
 K8S_HOST_MOUNTS = (*HOST_MOUNTS, "/etc/hccn.conf")
 
@@ -67,7 +73,8 @@ class K8sOptions:
     shm_size: str = defaults.K8S_SHM_SIZE
     max_retry: int = defaults.K8S_MAX_RETRY
     wait_timeout_s: int = defaults.NODES_TIMEOUT_S
-    ray_port: int = defaults.RAY_PORT
+    ray_port: int | None = None  # default: job_port(job name)
+    ray_token_secret: str | None = None  # default: <job name>-ray-token
     extra_labels: dict[str, str] = field(default_factory=dict)
 
 
@@ -76,6 +83,13 @@ def job_name(recipe: Recipe) -> str:
     slug = re.sub(r"[^a-z0-9]+", "-", recipe.name.lower()).strip("-")
     name = f"npu-rl-{slug}"[:63].rstrip("-")
     return name
+
+
+def job_port(name: str) -> int:
+    """The GCS port of a job's head: one per job name, so two jobs whose hostNetwork heads share a node do
+    not both take Ray's 6379 (every other Ray port a node picks free at start: npu_rl.cluster.rayports)."""
+    digest = int.from_bytes(hashlib.sha256(name.encode()).digest()[:4], "big")
+    return JOB_PORTS[0] + digest % (JOB_PORTS[1] - JOB_PORTS[0] + 1)
 
 
 def default_image(platform: str) -> str:
@@ -140,6 +154,7 @@ def context(recipe: Recipe, target: str, opts: K8sOptions) -> dict:
     acc = _accelerator(recipe)
     res = recipe.resources
     name = job_name(recipe)
+    opts = replace(opts, ray_port=opts.ray_port or job_port(name))
     devices = str(res.devices_per_node)
     recipe_path = str(RECIPE_DIR / RECIPE_FILE)
     # --prepare: the model, data and (megatron) converted weights land on the shared volume once;
@@ -207,6 +222,18 @@ def context(recipe: Recipe, target: str, opts: K8sOptions) -> dict:
         "restart_codes": [{"code": int(c), "name": c.name} for c in exit_codes.RESTART],
         "abort_codes": [{"code": int(c), "name": c.name, "why": exit_codes.ABORT_WHY[c]} for c in exit_codes.ABORT],
         "ray_version": versions.get("common.ray"),
+        # Volcano: the job's Ray token from a Secret the user makes (npu_rl.cluster.rayauth), mounted as a
+        # file; KubeRay makes and injects its own (authOptions).
+        "ray_token": (
+            {
+                "secret": opts.ray_token_secret or f"{name}-ray-token",
+                "key": RAY_TOKEN_KEY,
+                "dir": str(RAY_TOKEN_DIR),
+                "path": str(RAY_TOKEN_DIR / RAY_TOKEN_KEY),
+            }
+            if target == "volcano"
+            else None
+        ),
         # rayStartParams values are pasted into a shell command line, hence the inner quotes.
         "npu_resources": '"' + json.dumps(registered_resources(res.devices_per_node)).replace('"', '\\"') + '"',
     }

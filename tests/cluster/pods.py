@@ -2,20 +2,17 @@
 
 The head and worker commands and their environment are read from the Volcano manifest that
 `npu-rl render k8s` produces for the recipe; only what a pod gets from Kubernetes is supplied here:
-the volume mounts (the ConfigMap's recipe file and the workspace claim, mapped to temp dirs),
-Volcano's ``env``/``svc`` variables (the head's service on 127.0.0.1), per-raylet ports, since two
-raylets share this machine, and an address of each pod's own (``NPU_RL_RAY_ARGS``). Each pod is its own
-session, so a signal to its process group reaches everything it started, as the kubelet's does. Running
-the same pods again is what Volcano's RestartJob does.
+the volumes (the ConfigMap's recipe file, the workspace claim and the Ray token's Secret, mapped to temp
+dirs) and Volcano's ``env``/``svc`` variables (the head's service on 127.0.0.1). Ray's ports and temp dirs
+are the product's own (npu_rl.cluster.rayports), as on a cluster. Each pod is its own session, so a signal
+to its process group reaches everything it started, as the kubelet's does. Running the same pods again is
+what Volcano's RestartJob does.
 
-A pod's own network and filesystem, which this stand-in has only in part, matter to Ray: a driver
-attaches to the raylet registered under the IP that its node's session directory records
-(``node_ip_address.json``; ray 2.46 ``GlobalStateAccessor::GetNodeToConnectForDriver`` takes the first
-node with that IP). On a cluster each pod has its own IP and its own /tmp. Here the worker pod gets an
-address of its own on lo (``WORKER_IP``) and a mount namespace in which Ray's temp directory is a
-private one; without either, the head pod's drivers attach to the worker pod's raylet whenever it
-registered first, and a frozen worker pod freezes the head's driver too: a hang no cluster has. What
-is still shared: the network stack (ports, hence the per-raylet ports) and the PID space.
+``one_host=False`` (the default) stands for two Atlas hosts: the worker pod registers under an address of
+its own on lo (``WORKER_IP``, through ``NPU_RL_RAY_ARGS``: the one thing that is the harness's, since this
+machine has one host address), so that the tests can tell the nodes apart by address as on a cluster.
+``one_host=True`` is two hostNetwork pods on one node: one address, one /tmp, nothing passed but the
+manifest's. What is shared either way: the network stack and the PID space.
 """
 
 from __future__ import annotations
@@ -32,21 +29,25 @@ from pathlib import Path
 import psutil
 import yaml
 from console_steps import shown_steps
-from test_ray_cluster import HEAD_PORT_FLAGS, NODE_PORT_FLAGS, free_ports, port_args, processes_naming, wait_until
+from test_ray_cluster import free_ports, job_token, wait_until
 
 from npu_rl import run_files
 from npu_rl.cli import main
 from npu_rl.recipe import load_recipe
 from npu_rl.render.k8s import K8sOptions, render_text
 
-MOUNTS = ("/etc/npu-rl", "/workspace")
+# The token's mount first: it starts with the recipe's mount path.
+MOUNTS = ("/etc/npu-rl-ray", "/etc/npu-rl", "/workspace")
 WORKER_IP = "127.0.0.2"  # on lo (127.0.0.0/8) without configuring anything
 TASKS = ("worker", "head")
 
 
+def _pod_spec(doc: dict, task: str) -> dict:
+    return next(t for t in doc["spec"]["tasks"] if t["name"] == task)["template"]["spec"]
+
+
 def _pod(doc: dict, task: str) -> dict:
-    spec = next(t for t in doc["spec"]["tasks"] if t["name"] == task)["template"]["spec"]
-    (container,) = spec["containers"]
+    (container,) = _pod_spec(doc, task)["containers"]
     return container
 
 
@@ -72,11 +73,12 @@ def _namespace(binds: dict[Path, Path]) -> list[str]:
 class Pods:
     """One Volcano job's pods on 127.0.0.1; ``start()`` runs them (again), ``kill`` signals one."""
 
-    def __init__(self, recipe, work: Path):
-        self.recipe, self.work = recipe, work
-        self.ws, self.etc, self.temp = work / "ws", work / "etc", work / "ray"
-        for d in (self.ws, self.etc, self.temp):
+    def __init__(self, recipe, work: Path, one_host: bool = False, ray_port: int | None = None):
+        self.recipe, self.work, self.one_host = recipe, work, one_host
+        self.ws, self.etc, self.secret = work / "ws", work / "etc", work / "secret"
+        for d in (self.ws, self.etc, self.secret):
             d.mkdir(exist_ok=True)
+        self.ray_port = ray_port
         self.runs = 0
         self.procs: dict[str, subprocess.Popen] = {}
         self.logs: dict[str, Path] = {}
@@ -98,18 +100,17 @@ class Pods:
         """Start both pods; ``env[task]`` adds pod variables, ``mounts[task]`` volumes of its own
         (``{where: what}``, bind-mounted in the pod's mount namespace)."""
         self.runs += 1
-        ports = iter(free_ports(1 + len(HEAD_PORT_FLAGS) + 2 * len(NODE_PORT_FLAGS)))
-        gcs = next(ports)
+        # The GCS port as `npu-rl render k8s --ray-port` sets it (default: one per job name; the suite's jobs
+        # run beside other Ray clusters, so each test job takes a free one).
+        gcs = self.ray_port or free_ports(1)[0]
         docs = list(yaml.safe_load_all(render_text(self.recipe, "volcano", options=K8sOptions(ray_port=gcs))))
         configmap = next(d for d in docs if d and d["kind"] == "ConfigMap")
         job = next(d for d in docs if d and d["kind"] == "Job")
-        volumes = dict(zip(MOUNTS, (self.etc, self.ws)))
+        volumes = dict(zip(MOUNTS, (self.secret, self.etc, self.ws)))
         for name, text in configmap["data"].items():
             (self.etc / name).write_text(text)
+        self._secret(job)
         bin_dir = Path(sys.executable).parent
-        # A restarted pod is a new container: nothing of the last run's Ray session or sockets is there.
-        temp = self.temp / f"r{self.runs}"
-        temp.mkdir()
         volcano = {
             "VC_TASK_INDEX": "0",
             "VC_HEAD_HOSTS": "127.0.0.1",
@@ -125,32 +126,15 @@ class Pods:
                 self.head_args = args
             penv = {k: v for k, v in os.environ.items() if not k.startswith(("VC_", "RAY_", "NPU_RL_", "HCCL_"))}
             penv.update({e["name"]: _mapped(e["value"], volumes) for e in pod["env"]})
-            sockets = f"--raylet-socket-name {temp / ('r-' + task)} --plasma-store-socket-name {temp / ('p-' + task)}"
-            # Ray waits 20 s for its dashboard to register (ray 2.46 _private/services.py start_api_server,
-            # 200 polls of 0.1 s), which two raylets and a test on 2 loaded cores can miss; nothing here
-            # reads the dashboard, so the head pod's runs without it.
-            extra = port_args(HEAD_PORT_FLAGS, ports) + " --include-dashboard=false " if task == "head" else ""
-            # The worker pod's own address (the last --node-ip-address wins); Ray registers the head's
-            # 127.0.0.1 under this host's address (ray/_private/services.py resolve_ip_for_localhost).
-            extra += f" --node-ip-address={WORKER_IP} " if task == "worker" else ""
-            penv.update(
-                volcano,
-                PATH=f"{bin_dir}:{penv['PATH']}",
-                NPU_RL_IFNAME="lo",
-                PYTHONUNBUFFERED="1",
-                # Worker ports from the OS: the raylets of two jobs on one machine share Ray's range.
-                NPU_RL_RAY_ARGS=f"--num-cpus 2 --object-store-memory 100000000 --temp-dir {temp} "
-                "--min-worker-port 0 --max-worker-port 0 "
-                f"{extra}{port_args(NODE_PORT_FLAGS, ports)} {sockets}",
-            )
+            penv.update(volcano, PATH=f"{bin_dir}:{penv['PATH']}", PYTHONUNBUFFERED="1")
+            if task == "worker" and not self.one_host:
+                # Another host's address (the last --node-ip-address wins); Ray registers the head's 127.0.0.1
+                # under this host's address (ray/_private/services.py resolve_ip_for_localhost).
+                penv["NPU_RL_RAY_ARGS"] = f"--node-ip-address={WORKER_IP}"
             penv.update((env or {}).get(task, {}))
             log = self.work / f"{task}-{self.runs}.log"
             self.logs[task] = log
             own = dict((mounts or {}).get(task, {}))
-            if task == "worker":  # its container's /tmp: Ray's session directory of its own
-                private = self.work / f"worker-tmp-{self.runs}"
-                (private / temp.name).mkdir(parents=True)
-                own[self.temp] = private
             with open(log, "w") as out:
                 self.procs[task] = subprocess.Popen(
                     [*_namespace(own), *args],
@@ -161,6 +145,17 @@ class Pods:
                     start_new_session=True,
                 )
         return self
+
+    def _secret(self, job: dict) -> None:
+        """The Secret the manifest's ``ray-token`` volume names, as `kubectl create secret` and a 0400 Secret
+        volume give it: one token per job, the same for every pod and restart."""
+        spec = _pod_spec(job, "head")
+        (volume,) = [v for v in spec["volumes"] if v["name"] == "ray-token"]
+        (item,) = volume["secret"]["items"]
+        path = self.secret / item["path"]
+        if not path.exists():
+            path.write_text(Path(job_token(self.work)).read_text())
+            path.chmod(volume["secret"]["defaultMode"])
 
     def log(self, task: str) -> str:
         return self.logs[task].read_text(errors="replace")
@@ -206,7 +201,16 @@ class Pods:
         return codes
 
     def left(self) -> list[psutil.Process]:
-        return processes_naming(str(self.temp))
+        """Live processes of this job: those whose environment holds its workspace (every process a pod starts
+        inherits the manifest's NPU_RL_WORKSPACE, mapped to this job's)."""
+        found = []
+        for p in psutil.process_iter(["status"]):
+            try:
+                if p.info["status"] != psutil.STATUS_ZOMBIE and p.environ().get("NPU_RL_WORKSPACE") == str(self.ws):
+                    found.append(p)
+            except psutil.Error:
+                pass
+        return found
 
     def cleanup(self) -> None:
         for task in TASKS:
@@ -256,11 +260,11 @@ SETS = {
 }
 
 
-def prepared_pods(experiment: str, tiny_model) -> Pods:
+def prepared_pods(experiment: str, tiny_model, one_host: bool = False, sets: dict | None = None) -> Pods:
     """A fresh workspace with the tiny model and the sample data, and the job's pods (not started)."""
-    work = Path(tempfile.mkdtemp(prefix="nmn", dir="/tmp"))  # short: Ray's socket paths have a length limit
-    recipe = load_recipe("tiny_math_cpu", {**SETS, "logging.experiment": experiment})
-    pods = Pods(recipe, work)
+    work = Path(tempfile.mkdtemp(prefix="nmn"))
+    recipe = load_recipe("tiny_math_cpu", {**SETS, **(sets or {}), "logging.experiment": experiment})
+    pods = Pods(recipe, work, one_host=one_host)
     pods.in_ws(lambda: tiny_model(run_files.model_dir(recipe), steps=50))
     assert main(["data", "math", "--from", "sample", "--out", str(pods.ws / "data" / "math-sample")]) == 0
     return pods

@@ -26,8 +26,9 @@ from npu_rl.patches.batch_fingerprint import METRIC
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(2400)]
 
-# Ray's node health check (2.46 defaults: a check every 3 s, 10 s timeout, dead after 5 failures) and
-# verl's own exit; the head must be out within this after a node was killed or frozen.
+# Ray's node health check (its defaults in src/ray/common/ray_config_def.h: a check every 3 s, 10 s timeout,
+# dead after 5 failures) and verl's own exit; the head must be out within this after a node was killed or
+# frozen.
 NODE_FAULT_EXIT_S = 90
 
 

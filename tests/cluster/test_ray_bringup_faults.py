@@ -50,8 +50,8 @@ def work():
 
 def _node_args(work: Path, name: str, ports: list[int]) -> str:
     return (
-        f"--num-cpus 1 --object-store-memory 80000000 --temp-dir {work / 'ray'} {port_args(NODE_PORT_FLAGS, ports)}"
-        f" --raylet-socket-name {work / ('r-' + name)} --plasma-store-socket-name {work / ('p-' + name)}"
+        f"--num-cpus 1 --object-store-memory 80000000 --temp-dir {work / 'ray' / name} "
+        f"{port_args(NODE_PORT_FLAGS, ports)}"
     )
 
 

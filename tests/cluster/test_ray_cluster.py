@@ -13,6 +13,7 @@ from __future__ import annotations
 import json
 import os
 import random
+import secrets
 import shutil
 import signal
 import socket
@@ -105,11 +106,25 @@ def wait_until(pred, timeout: float, what: str, poll: float = 0.1):
     raise AssertionError(f"timed out after {timeout}s waiting for {what}")
 
 
+def job_token(work: Path) -> str:
+    """The job's Ray token file in ``work`` (made once, owner-only), as a Secret volume gives it to a pod."""
+    path = work / "ray-token"
+    if not path.exists():
+        path.write_text(secrets.token_hex(32))
+        path.chmod(0o600)
+    return str(path)
+
+
 class Proc:
     def __init__(self, name: str, args: list[str], workdir: Path):
         self.name = name
         self.log = workdir / f"{name}.log"
-        env = {**os.environ, "RAY_USAGE_STATS_ENABLED": "0", "PYTHONUNBUFFERED": "1"}
+        env = {
+            **os.environ,
+            "RAY_USAGE_STATS_ENABLED": "0",
+            "PYTHONUNBUFFERED": "1",
+            "RAY_AUTH_TOKEN_PATH": job_token(workdir),
+        }
         for k in (
             "RAY_ADDRESS",
             "VC_TASK_INDEX",
@@ -183,17 +198,11 @@ def cluster():
     port = next(ports)
     address = f"127.0.0.1:{port}"
 
-    sockets = work / "s"
-    sockets.mkdir()
-
     def node_ports(name: str) -> str:
-        # The same goes for the socket files of raylets sharing one session directory.
-        return (
-            port_args(NODE_PORT_FLAGS, ports) + f" --raylet-socket-name {sockets / ('r-' + name)}"
-            f" --plasma-store-socket-name {sockets / ('p-' + name)}"
-        )
+        # Each node's temp dir under this module's, so that a leftover process is found by its path.
+        return f"--temp-dir {temp / name}"
 
-    common = f"--num-cpus 1 --object-store-memory 80000000 --temp-dir {temp}"
+    common = "--num-cpus 1 --object-store-memory 80000000"
     worker_opts = [
         "worker",
         "--address",
@@ -235,7 +244,7 @@ def cluster():
                 "--wait-timeout",
                 "120",
                 "--ray-args",
-                f"{common} {node_ports('head')} {port_args(HEAD_PORT_FLAGS, ports)}",
+                f"{common} {node_ports('head')}",
                 "--",
                 sys.executable,
                 str(work / "probe.py"),
@@ -300,6 +309,7 @@ def test_wait_times_out_naming_what_is_missing(cluster):
             "--timeout",
             "2",
         ],
+        env={**os.environ, "RAY_AUTH_TOKEN_PATH": job_token(cluster["work"])},
         capture_output=True,
         text=True,
         timeout=120,
@@ -308,6 +318,57 @@ def test_wait_times_out_naming_what_is_missing(cluster):
     error = result.stderr.strip().splitlines()[-1]
     assert "1 of 4 nodes missing" in error
     assert "2 of 8 NPUs missing" in error
+
+
+DRIVER = "import ray, sys; ray.init(address=sys.argv[1]); print('RAN', ray.get(ray.remote(lambda: 41).remote()) + 1)"
+
+
+def _outsider_env(token_file: Path | None) -> dict:
+    """This machine's environment without the job's token: someone else on the network, or on the host."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("RAY_")}
+    if token_file is not None:
+        env.update(RAY_AUTH_MODE="token", RAY_AUTH_TOKEN_PATH=str(token_file))
+    return env
+
+
+def _wrong_token(work: Path) -> Path:
+    path = work / "wrong-token"
+    path.write_text(secrets.token_hex(32))
+    path.chmod(0o600)
+    return path
+
+
+@pytest.mark.parametrize("token", ["none", "wrong"])
+def test_a_driver_without_the_jobs_token_is_refused_and_runs_nothing(cluster, token):
+    env = _outsider_env(_wrong_token(cluster["work"]) if token == "wrong" else None)
+    out = subprocess.run(
+        [sys.executable, "-c", DRIVER, cluster["address"]], env=env, capture_output=True, text=True, timeout=180
+    )
+    assert out.returncode != 0 and "RAN" not in out.stdout, out.stdout + out.stderr[-2000:]
+    assert "Authentication token is missing or incorrect" in out.stderr, out.stderr[-2000:]
+
+
+def test_a_driver_with_the_jobs_token_runs(cluster):
+    env = {**_outsider_env(None), "RAY_AUTH_MODE": "token", "RAY_AUTH_TOKEN_PATH": job_token(cluster["work"])}
+    out = subprocess.run(
+        [sys.executable, "-c", DRIVER, cluster["address"]], env=env, capture_output=True, text=True, timeout=180
+    )
+    assert out.returncode == 0 and "RAN 42" in out.stdout, out.stderr[-2000:]
+
+
+def test_a_raylet_with_a_wrong_token_does_not_join(cluster):
+    temp = cluster["temp"] / "intruder"  # under the module's temp dir: cleaned up with the cluster
+    env = _outsider_env(_wrong_token(cluster["work"]))
+    out = subprocess.run(
+        [str(Path(sys.executable).with_name("ray")), "start", f"--address={cluster['address']}", f"--temp-dir={temp}"],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=180,
+    )
+    assert out.returncode != 0, out.stdout[-2000:] + out.stderr[-2000:]
+    assert "Authentication token is missing or incorrect" in out.stdout + out.stderr, out.stderr[-2000:]
+    assert not processes_naming(str(temp))
 
 
 def test_head_exits_with_the_jobs_code_and_workers_leave_non_zero(cluster):

@@ -14,15 +14,25 @@ from pathlib import Path
 
 import psutil
 import pytest
-from test_ray_cluster import HEAD_PORT_FLAGS, NODE_PORT_FLAGS, free_ports, port_args, processes_naming, wait_until
+from test_ray_cluster import (
+    HEAD_PORT_FLAGS,
+    NODE_PORT_FLAGS,
+    free_ports,
+    job_token,
+    port_args,
+    processes_naming,
+    wait_until,
+)
 
 pytestmark = pytest.mark.timeout(300)
 
 
-def _env(ray_args: str) -> dict:
+def _env(ray_args: str, work: Path | None = None) -> dict:
+    work = work or Path(tempfile.mkdtemp(prefix="nrt"))
     env = {k: v for k, v in os.environ.items() if not k.startswith(("VC_", "RAY_ADDRESS", "KUBERAY", "NPU_RL_"))}
     return {
         **env,
+        "RAY_AUTH_TOKEN_PATH": job_token(work),
         "NPU_RL_IFNAME": "lo",
         "NPU_RL_RAY_ARGS": ray_args,
         "RAY_USAGE_STATS_ENABLED": "0",
@@ -35,12 +45,11 @@ def test_sigterm_stops_the_whole_ray_tree_of_head_and_worker():
     temp = work / "ray"
     ports = iter(free_ports(1 + len(HEAD_PORT_FLAGS) + 2 * len(NODE_PORT_FLAGS)))
     gcs = next(ports)
-    common = f"--num-cpus 1 --object-store-memory 80000000 --temp-dir {temp}"
+    common = "--num-cpus 1 --object-store-memory 80000000"
 
     def node(name: str, args: list[str], extra: str = "") -> tuple[subprocess.Popen, Path]:
         log = work / f"{name}.log"
-        sockets = f"--raylet-socket-name {work / ('r-' + name)} --plasma-store-socket-name {work / ('p-' + name)}"
-        env = _env(f"{common} {extra} {port_args(NODE_PORT_FLAGS, ports)} {sockets}")
+        env = _env(f"{common} {extra} {port_args(NODE_PORT_FLAGS, ports)} --temp-dir {temp / name}", work)
         return subprocess.Popen(
             [sys.executable, "-m", "npu_rl", "ray", *args],
             env=env,
@@ -145,10 +154,10 @@ def test_head_names_a_dead_raylet_in_one_line():
     work = Path(tempfile.mkdtemp(prefix="nrd", dir="/tmp"))
     ports = iter(free_ports(1 + len(HEAD_PORT_FLAGS) + len(NODE_PORT_FLAGS)))
     gcs = next(ports)
-    sockets = f"--raylet-socket-name {work / 'r'} --plasma-store-socket-name {work / 'p'}"
     env = _env(
         f"--num-cpus 1 --object-store-memory 80000000 --temp-dir {work / 'ray'} "
-        f"{port_args(HEAD_PORT_FLAGS, ports)} {port_args(NODE_PORT_FLAGS, ports)} {sockets}"
+        f"{port_args(HEAD_PORT_FLAGS, ports)} {port_args(NODE_PORT_FLAGS, ports)}",
+        work,
     )
     log = work / "head.log"
     head = subprocess.Popen(

@@ -62,7 +62,7 @@ def test_defaults_come_from_one_module():
     assert (
         head.wait_timeout == HeadOptions(1, 1).wait_timeout == K8sOptions().wait_timeout_s == defaults.NODES_TIMEOUT_S
     )
-    assert worker.join_timeout == defaults.NODES_TIMEOUT_S and K8sOptions().ray_port == defaults.RAY_PORT
+    assert worker.join_timeout == defaults.NODES_TIMEOUT_S
     assert HeadOptions(1, 1).port == defaults.RAY_PORT
     assert WorkerOptions(None, 1).max_backoff == worker.max_backoff
     k8s = parse(["render", "k8s", "--recipe", "r", "--out", "o"])
