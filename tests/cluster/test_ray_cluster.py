@@ -371,6 +371,15 @@ def test_a_raylet_with_a_wrong_token_does_not_join(cluster):
     assert not processes_naming(str(temp))
 
 
+def test_the_token_is_in_no_process_list_and_no_ray_log(cluster):
+    token = Path(job_token(cluster["work"])).read_text()
+    argv = [" ".join(p.info["cmdline"] or []) for p in psutil.process_iter(["cmdline"])]
+    assert len(argv) > 10 and not [a for a in argv if token in a]
+    logs = [f for f in cluster["temp"].rglob("*") if f.is_file()] + [p.log for p in cluster["procs"]]
+    assert len(logs) > 10
+    assert not [f for f in logs if token in f.read_text(errors="replace")]
+
+
 def test_head_exits_with_the_jobs_code_and_workers_leave_non_zero(cluster):
     head, w1, w2 = cluster["head"], cluster["w1"], cluster["w2"]
     assert head.running() and w1.running() and w2.running()
