@@ -14,7 +14,7 @@ or a dry run shows the path at most. Where it comes from:
 * a job on Kubernetes: the Secret the rendered manifest mounts (``npu-rl render k8s`` names it); KubeRay
   makes its own and passes ``RAY_AUTH_TOKEN`` (``authOptions.mode: token``);
 * ``npu-rl train`` on one host, and a lone ``npu-rl ray head``: a new token per run, written owner-only
-  into the node's own temp dir (npu_rl.cluster.rayports), gone with it.
+  into a directory of its own (``/tmp/npu-rl-token-*``), removed when the node stops.
 """
 
 from __future__ import annotations
@@ -23,6 +23,7 @@ import os
 import secrets
 import stat
 import sys
+import tempfile
 from collections.abc import Mapping
 from pathlib import Path
 
@@ -36,6 +37,12 @@ HOW = (
     f"set {PATH_ENV} to a file holding the job's token (owner-only), or {TOKEN_ENV} (on Kubernetes: the "
     "Secret that the rendered manifest mounts; README, 'Clusters')"
 )
+
+
+def token_dir() -> Path:
+    """A new owner-only directory for a token npu-rl makes, apart from Ray's temp dir (which is kept for its
+    logs after the node ends, while the token goes with the node)."""
+    return Path(tempfile.mkdtemp(prefix="npu-rl-token-"))
 
 
 def new_token(directory: Path) -> Path:

@@ -85,15 +85,17 @@ def worker_argv(spec: NodeSpec, head: Address) -> list[str]:
     return [ray_executable(), "start", f"--address={head}", *_common(spec), *spec.extra_args]
 
 
-def kuberay_argv(generated: str, node_ip: str, layout: NodeLayout | None = None) -> list[str]:
-    """KubeRay's generated `ray start` (from rayStartParams), pinned to the chosen interface, with this
-    node's own ports and temp dir where rayStartParams set none."""
+def kuberay_argv(
+    generated: str, node_ip: str, layout: NodeLayout | None = None, extra: Sequence[str] = ()
+) -> list[str]:
+    """KubeRay's generated `ray start` (from rayStartParams), pinned to the chosen interface, then this
+    node's own ports and temp dir, then the user's ``--ray-args`` (the last value of an option wins)."""
     argv = shlex.split(generated)
     if not any(a.startswith("--node-ip-address") for a in argv):
         argv.append(f"--node-ip-address={node_ip}")
     if "--block" not in argv:
         argv.append("--block")
-    return argv + (layout.argv() if layout else [])
+    return argv + (layout.argv() if layout else []) + list(extra)
 
 
 class RayNode:
@@ -108,7 +110,9 @@ class RayNode:
         owned: Path | None = None,
     ):
         self.argv = argv
-        self.owned = owned  # the node's own temp dir (and token), removed once it stopped
+        # A directory of npu-rl's own (the token of a head that made one), removed once the node stopped;
+        # the node's Ray temp dir stays, with Ray's logs of what happened.
+        self.owned = owned
         self.env = dict(env)
         self.log = log
         # Where Ray's own lines go ("[ray] ..." on stderr unless told otherwise: `npu-rl train` keeps them

@@ -72,10 +72,20 @@ def parse_range(text: str) -> tuple[int, int]:
     return first, last
 
 
-def choose_ports(n: int, port_range: tuple[int, int] | None = None, host: str = "") -> list[int]:
-    """``n`` distinct ports free right now, held bound together while choosing so that none repeats."""
-    first, last = port_range or (_LOWEST, ephemeral_low() - 1)
-    candidates = list(range(first, last + 1))
+def default_range() -> tuple[int, int]:
+    low = ephemeral_low()
+    # A host whose ephemeral range starts low (tuned to 1024-65535) leaves nothing below it: take a fixed
+    # range then, where a bind to port 0 may race for a port (a collision ends the node in one line).
+    return (_LOWEST, low - 1) if low - 1 - _LOWEST >= 100 else (_LOWEST, _LOWEST + 9999)
+
+
+def choose_ports(
+    n: int, port_range: tuple[int, int] | None = None, host: str = "", avoid: Sequence[int] = ()
+) -> list[int]:
+    """``n`` distinct ports free right now, held bound together while choosing so that none repeats;
+    never one of ``avoid`` (the GCS port, still free until the head's GCS binds it)."""
+    first, last = port_range or default_range()
+    candidates = [p for p in range(first, last + 1) if p not in avoid]
     random.shuffle(candidates)  # two pods starting at once rarely try the same port first
     chosen: list[int] = []
     with contextlib.ExitStack() as held:
@@ -102,7 +112,7 @@ class NodeLayout:
     """A node's own ports and temp dir, as ``ray start`` options."""
 
     ports: dict[str, int]
-    temp_dir: Path | None  # None: the user's --ray-args name one
+    temp_dir: Path | None  # None: the user's --ray-args name one (kept after the node: Ray's logs)
     worker_ports: tuple[str, ...] = WORKER_PORTS  # (): the user's --ray-args set a range
     env: dict[str, str] = field(default_factory=dict)  # the ports Ray reads from variables
 
@@ -118,17 +128,22 @@ def layout(
     extra: Sequence[str] = (),
     port_range: tuple[int, int] | None = None,
     environ: Mapping[str, str] = os.environ,
+    keep: Sequence[str] = (),
+    avoid: Sequence[int] = (),
 ) -> NodeLayout:
     """Choose this node's ports and make its temp dir (0700, short: Ray's socket paths are limited to 107
-    characters), skipping what ``extra`` (the user's own ``ray start`` options) or the environment sets."""
-    flags = [f for f in (*NODE_PORT_FLAGS, *(HEAD_PORT_FLAGS if head else ())) if not _given(extra, f)]
+    characters), skipping what ``extra`` (the user's own ``ray start`` options) or the environment sets and
+    the flags in ``keep`` (ports others must find: the dashboard a person or KubeRay's submitter reaches)."""
+    flags = [
+        f for f in (*NODE_PORT_FLAGS, *(HEAD_PORT_FLAGS if head else ())) if not _given(extra, f) and f not in keep
+    ]
     names = [v for v in (HEAD_PORT_ENV if head else ()) if v not in environ]
-    chosen = choose_ports(len(flags) + len(names), port_range)
+    chosen = choose_ports(len(flags) + len(names), port_range, avoid=avoid)
     ports = dict(zip(flags, chosen))
     env = {name: str(port) for name, port in zip(names, chosen[len(flags) :])}
     temp = None
     if not _given(extra, "--temp-dir"):
-        base = os.environ.get(TMPDIR_ENV) or "/tmp"
+        base = environ.get(TMPDIR_ENV) or "/tmp"
         temp = Path(tempfile.mkdtemp(prefix="npu-rl-ray-", dir=base))
     own_range = any(_given(extra, f) for f in ("--min-worker-port", "--max-worker-port", "--worker-port-list"))
     return NodeLayout(ports, temp, () if own_range else WORKER_PORTS, env)

@@ -19,7 +19,6 @@ from __future__ import annotations
 import contextlib
 import functools
 import os
-import shlex
 import subprocess
 import sys
 import threading
@@ -89,24 +88,31 @@ def _env_for(iface: network.Interface, auth: dict[str, str]) -> dict[str, str]:
     return child_env({**extra, **auth})
 
 
-def _layout(head: bool, generated: str | None, extra: Sequence[str], port_range) -> rayports.NodeLayout:
-    given = [*(shlex.split(generated) if generated else ()), *extra]
-    return rayports.layout(head, given, port_range)
+def _layout(
+    head: bool, kuberay: bool, extra: Sequence[str], port_range, dashboard: bool = False, gcs: int | None = None
+) -> rayports.NodeLayout:
+    # KubeRay's generated command fixes some ports (--metrics-export-port=8080, --dashboard-agent-listen-port=52365:
+    # kuberay v1.5.1 ray-operator/controllers/ray/common/pod.go setMissingRayStartParams); the node's own
+    # come after it and win (click keeps an option's last value). Its head keeps the dashboard and client
+    # ports the head Service publishes for the job submitter; a --dashboard head keeps Ray's 8265.
+    keep: tuple[str, ...] = ("--dashboard-port", "--ray-client-server-port") if head and kuberay else ()
+    keep += ("--dashboard-port",) if dashboard else ()
+    return rayports.layout(head, extra, port_range, keep=keep, avoid=(gcs,) if gcs else ())
 
 
 def run_head(opts: HeadOptions) -> int:
+    auth = rayauth.given(os.environ)  # before anything else: a missing or bad token is one line
+    if auth is None and opts.nnodes > 1:
+        raise ClusterError(f"a head that workers join needs the job's Ray token: {rayauth.HOW}", Exit.BAD_INPUT)
     iface = _local_interface(opts.head_host, opts.ifname)
     if not port_free(opts.port, iface.ip):  # at once, not after --start-timeout
         raise ClusterError(
             f"port {opts.port} on {iface.ip} is in use; pass another --port or stop what listens there", Exit.RAY_FAILED
         )
-    auth = rayauth.given(os.environ)  # before Ray starts: a bad token file is one line
-    if auth is None and opts.nnodes > 1:
-        raise ClusterError(f"a head that workers join needs the job's Ray token: {rayauth.HOW}", Exit.BAD_INPUT)
-    layout = _layout(True, opts.kuberay_cmd, opts.extra_args, opts.port_range)
-    owned = layout.temp_dir
+    layout = _layout(True, bool(opts.kuberay_cmd), opts.extra_args, opts.port_range, opts.dashboard, opts.port)
+    owned = None
     if auth is None:
-        assert owned is not None, "a lone head without a token needs its own temp dir"
+        owned = rayauth.token_dir()
         auth = {rayauth.MODE_ENV: "token", rayauth.PATH_ENV: str(rayauth.new_token(owned))}
         log(f"no Ray token given: made one for this head in {auth[rayauth.PATH_ENV]} (drivers need {rayauth.PATH_ENV})")
     os.environ.update(auth)  # this process's own ray.init (waiting for the nodes) needs the token too
@@ -114,7 +120,11 @@ def run_head(opts: HeadOptions) -> int:
     spec = NodeSpec(
         npus=opts.npus, node_ip=iface.ip, dashboard=opts.dashboard, extra_args=opts.extra_args, layout=layout
     )
-    argv = kuberay_argv(opts.kuberay_cmd, iface.ip, layout) if opts.kuberay_cmd else head_argv(spec, opts.port)
+    argv = (
+        kuberay_argv(opts.kuberay_cmd, iface.ip, layout, opts.extra_args)
+        if opts.kuberay_cmd
+        else head_argv(spec, opts.port)
+    )
     address = Address(iface.ip, opts.port)
     node = RayNode(argv, env, log, owned=owned)
     job: subprocess.Popen | None = None
@@ -257,13 +267,13 @@ def run_worker(opts: WorkerOptions) -> int:
     def make_node() -> RayNode:
         iface, env = prepared()
         # Fresh ports per attempt: a port another process took since is not tried again.
-        layout = _layout(False, opts.kuberay_cmd, opts.extra_args, opts.port_range)
+        layout = _layout(False, bool(opts.kuberay_cmd), opts.extra_args, opts.port_range)
         spec = NodeSpec(npus=opts.npus, node_ip=iface.ip, extra_args=opts.extra_args, layout=layout)
         if opts.kuberay_cmd:
-            argv = kuberay_argv(opts.kuberay_cmd, iface.ip, layout)
+            argv = kuberay_argv(opts.kuberay_cmd, iface.ip, layout, opts.extra_args)
         else:
             argv = worker_argv(spec, opts.head)
-        return RayNode(argv, env, log, owned=layout.temp_dir)
+        return RayNode(argv, env, log)
 
     node: RayNode | None = None
     with proctree.reaped(), proctree.signals_raise():

@@ -36,18 +36,20 @@ class LocalRayHead:
         output: Callable[[str], None] | None = None,
     ):
         self.port = port or free_port()
-        layout = rayports.layout(head=True)
-        assert layout.temp_dir is not None
+        layout = rayports.layout(head=True, avoid=(self.port,))
         # A token per run, whatever the environment holds: this head is nobody else's.
-        self.auth = {rayauth.MODE_ENV: "token", rayauth.PATH_ENV: str(rayauth.new_token(layout.temp_dir))}
+        token = rayauth.token_dir()
+        self.auth = {rayauth.MODE_ENV: "token", rayauth.PATH_ENV: str(rayauth.new_token(token))}
         spec = NodeSpec(npus=npus, node_ip="127.0.0.1", extra_args=[f"--num-cpus={num_cpus}"], layout=layout)
         # inherit=False: ``env`` is the raylet's whole environment, not an addition to this process's.
+        node_env = {**(child_env(env) if inherit else dict(env)), **self.auth, **layout.env}
+        node_env.pop(rayauth.TOKEN_ENV, None)  # Ray reads it before the file: the outer job's token would win
         self.node = RayNode(
             head_argv(spec, self.port),
-            {**(child_env(env) if inherit else dict(env)), **self.auth, **layout.env},
+            node_env,
             log=log or (lambda line: print(f"npu-rl: {line}")),
             output=output,
-            owned=layout.temp_dir,
+            owned=token,
         )
         self._saved: dict[str, str | None] = {}
         self.startup_timeout = startup_timeout
@@ -61,7 +63,11 @@ class LocalRayHead:
         os.environ.pop(rayauth.TOKEN_ENV, None)  # it would win over this head's file
         os.environ.update(self.auth)
         rayauth.observe_in_process()
-        self.node.start()
+        try:
+            self.node.start()
+        except BaseException:
+            self.stop()
+            raise
         if not self.node.wait_started(Deadline(self.startup_timeout)):
             why = self.node.failure()  # read before stop(): ray start's last lines and the daemons' logs
             self.stop()

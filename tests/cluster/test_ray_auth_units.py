@@ -5,11 +5,11 @@ from __future__ import annotations
 
 import os
 import re
+import shutil
 import socket
 import stat
 import subprocess
 import sys
-from pathlib import Path
 
 import pytest
 import yaml
@@ -67,9 +67,9 @@ def test_a_node_of_a_cluster_refuses_to_start_without_the_jobs_token(args):
     assert line.startswith("npu-rl: error:") and "needs" in line and "RAY_AUTH_TOKEN_PATH" in line, line
 
 
-def test_a_node_takes_free_ports_of_its_own_below_the_ephemeral_range_and_a_private_temp_dir(tmp_path, monkeypatch):
-    monkeypatch.setenv(rayports.TMPDIR_ENV, str(tmp_path))
-    a, b = rayports.layout(head=True, environ={}), rayports.layout(head=True, environ={})
+def test_a_node_takes_free_ports_of_its_own_below_the_ephemeral_range_and_a_private_temp_dir(tmp_path):
+    env = {rayports.TMPDIR_ENV: str(tmp_path)}
+    a, b = rayports.layout(head=True, environ=env), rayports.layout(head=True, environ=env)
     ports = [*a.ports.values(), *a.env.values(), *b.ports.values(), *b.env.values()]
     assert len(a.ports) == len(rayports.NODE_PORT_FLAGS) + len(rayports.HEAD_PORT_FLAGS)
     assert set(a.env) == set(rayports.HEAD_PORT_ENV)
@@ -81,7 +81,7 @@ def test_a_node_takes_free_ports_of_its_own_below_the_ephemeral_range_and_a_priv
     assert stat.S_IMODE(a.temp_dir.stat().st_mode) == 0o700
     argv = a.argv()
     assert f"--temp-dir={a.temp_dir}" in argv and "--min-worker-port=0" in argv and "--max-worker-port=0" in argv
-    worker = rayports.layout(head=False, environ={})
+    worker = rayports.layout(head=False, environ=env)
     assert set(worker.ports) == set(rayports.NODE_PORT_FLAGS) and worker.env == {}
 
 
@@ -145,8 +145,26 @@ def test_the_token_file_is_named_not_shown_in_the_command_line(tmp_path):
     # What `npu-rl ray head` starts: the token's variables reach Ray through the environment only.
     from npu_rl.cluster.raynode import NodeSpec, head_argv
 
-    layout = rayports.layout(head=True, environ={})
-    token = rayauth.new_token(layout.temp_dir or tmp_path).read_text()
+    layout = rayports.layout(head=True, environ={rayports.TMPDIR_ENV: str(tmp_path)})
+    token = rayauth.new_token(rayauth.token_dir())
     argv = " ".join(head_argv(NodeSpec(npus=1, node_ip="127.0.0.1", layout=layout), 6379))
-    assert token not in argv and "auth" not in argv
-    assert Path(layout.temp_dir or tmp_path).exists()
+    assert token.read_text() not in argv and "auth" not in argv and str(token.parent) not in argv
+    shutil.rmtree(token.parent)
+
+
+def test_a_kuberay_node_takes_its_own_ports_after_the_operators_and_the_users_last():
+    from npu_rl.cluster.raynode import kuberay_argv
+
+    generated = "ray start --address=h:6379 --metrics-export-port=8080 --dashboard-agent-listen-port=52365"
+    node = rayports.layout(head=False, environ={})
+    argv = kuberay_argv(generated, "10.0.0.9", node, ["--metrics-export-port=9100"])
+    # click keeps an option's last value: the node's own agent port, the user's metrics port
+    last = {a.split("=")[0]: a.split("=")[1] for a in argv if a.startswith("--") and "=" in a}
+    assert last["--dashboard-agent-listen-port"] == str(node.ports["--dashboard-agent-listen-port"])
+    assert last["--metrics-export-port"] == "9100"
+    assert node.temp_dir is not None
+    shutil.rmtree(node.temp_dir)
+
+
+def test_the_gcs_port_is_never_chosen_again():
+    assert 20500 not in rayports.choose_ports(100, (20450, 20550), avoid=(20500,))

@@ -61,10 +61,12 @@ def free_ports(n: int) -> list[int]:
     ephemeral range. A port from that range is what the OS hands to any bind to port 0 (Ray's workers,
     its Prometheus exporters) between this choice and the raylet's own bind: seen in CI, a raylet's
     runtime-env-agent port taken by an exporter that answered "HTTP 405: POST; use OPTIONS or GET"."""
-    rng, socks, ports, below = random.Random(), [], [], _ephemeral_low() - 1
+    # Below the 20000 up from which each Ray node npu-rl starts chooses its own ports (npu_rl.cluster.rayports):
+    # a port chosen here is bound only when its node starts, and another node must not have taken it by then.
+    rng, socks, ports, below = random.Random(), [], [], 19999
     try:
         while len(ports) < n:
-            port = rng.randint(20000, below)
+            port = rng.randint(12000, below)
             if port in ports:
                 continue
             s = socket.socket()
@@ -377,7 +379,13 @@ def test_the_token_is_in_no_process_list_and_no_ray_log(cluster):
     assert len(argv) > 10 and not [a for a in argv if token in a]
     logs = [f for f in cluster["temp"].rglob("*") if f.is_file()] + [p.log for p in cluster["procs"]]
     assert len(logs) > 10
-    assert not [f for f in logs if token in f.read_text(errors="replace")]
+    held = []
+    for f in logs:
+        try:
+            held += [f] if token in f.read_text(errors="replace") else []
+        except FileNotFoundError:  # Ray removed it meanwhile
+            pass
+    assert not held
 
 
 def test_head_exits_with_the_jobs_code_and_workers_leave_non_zero(cluster):
