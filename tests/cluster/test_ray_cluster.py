@@ -12,11 +12,8 @@ from __future__ import annotations
 
 import json
 import os
-import random
-import secrets
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
@@ -27,6 +24,7 @@ from pathlib import Path
 import psutil
 import pytest
 
+from npu_rl.cluster import rayauth, rayports
 from npu_rl.cluster.supervisor import Exit
 
 NPUS = 2  # NPU per node: a custom resource count, no device needed
@@ -49,49 +47,20 @@ PROBE = textwrap.dedent("""
 """)
 
 
-def _ephemeral_low() -> int:
-    try:
-        return int(Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()[0])
-    except (OSError, ValueError, IndexError):
-        return 32768
+# The port options a node of the product chooses for itself; the tests pass them explicitly where they
+# must know a port (to occupy it, or to find a raylet by it).
+NODE_PORT_FLAGS = rayports.NODE_PORT_FLAGS
+HEAD_PORT_FLAGS = rayports.HEAD_PORT_FLAGS
+# Below the 20000 up from which each Ray node npu-rl starts chooses its own ports: a port chosen here is
+# bound only when its node starts, and another node must not have taken it by then. Below the kernel's
+# ephemeral range too: a port from there is what any bind to port 0 gets (Ray's workers, its exporters),
+# seen in CI as a runtime-env-agent port answered by an exporter ("HTTP 405: POST; use OPTIONS or GET").
+TEST_PORTS = (12000, 19999)
 
 
 def free_ports(n: int) -> list[int]:
-    """``n`` distinct ports free right now (held open together so that none repeats), below the kernel's
-    ephemeral range. A port from that range is what the OS hands to any bind to port 0 (Ray's workers,
-    its Prometheus exporters) between this choice and the raylet's own bind: seen in CI, a raylet's
-    runtime-env-agent port taken by an exporter that answered "HTTP 405: POST; use OPTIONS or GET"."""
-    # Below the 20000 up from which each Ray node npu-rl starts chooses its own ports (npu_rl.cluster.rayports):
-    # a port chosen here is bound only when its node starts, and another node must not have taken it by then.
-    rng, socks, ports, below = random.Random(), [], [], 19999
-    try:
-        while len(ports) < n:
-            port = rng.randint(12000, below)
-            if port in ports:
-                continue
-            s = socket.socket()
-            try:
-                s.bind(("", port))
-            except OSError:
-                s.close()
-                continue
-            socks.append(s)
-            ports.append(port)
-        return ports
-    finally:
-        for s in socks:
-            s.close()
-
-
-NODE_PORT_FLAGS = (
-    "--node-manager-port",
-    "--object-manager-port",
-    "--metrics-export-port",
-    "--dashboard-agent-grpc-port",
-    "--dashboard-agent-listen-port",
-    "--runtime-env-agent-port",
-)
-HEAD_PORT_FLAGS = ("--dashboard-port", "--ray-client-server-port")
+    """``n`` distinct ports free right now, from TEST_PORTS."""
+    return rayports.choose_ports(n, TEST_PORTS)
 
 
 def port_args(flags, ports) -> str:
@@ -110,11 +79,8 @@ def wait_until(pred, timeout: float, what: str, poll: float = 0.1):
 
 def job_token(work: Path) -> str:
     """The job's Ray token file in ``work`` (made once, owner-only), as a Secret volume gives it to a pod."""
-    path = work / "ray-token"
-    if not path.exists():
-        path.write_text(secrets.token_hex(32))
-        path.chmod(0o600)
-    return str(path)
+    path = work / rayauth.TOKEN_FILE
+    return str(path if path.exists() else rayauth.new_token(work))
 
 
 class Proc:
@@ -334,10 +300,7 @@ def _outsider_env(token_file: Path | None) -> dict:
 
 
 def _wrong_token(work: Path) -> Path:
-    path = work / "wrong-token"
-    path.write_text(secrets.token_hex(32))
-    path.chmod(0o600)
-    return path
+    return rayauth.new_token(Path(tempfile.mkdtemp(dir=work)))
 
 
 @pytest.mark.parametrize("token", ["none", "wrong"])
