@@ -5,6 +5,7 @@ from __future__ import annotations
 import hashlib
 import shutil
 import time
+from collections.abc import Sequence
 from importlib import metadata
 from pathlib import Path
 
@@ -100,8 +101,9 @@ _TINY_DISTS = ("torch", "transformers", "tokenizers", "safetensors")
 
 @pytest.fixture(scope="session")
 def tiny_model(request):
-    """``tiny_model(out, steps, recipe)``: the directory `npu-rl model tiny --out out --recipe recipe
-    --warm-start-steps steps` writes, made once and copied to ``out`` (a copy each: a test may change it).
+    """``tiny_model(out, steps, recipe, args)``: the directory `npu-rl model tiny --out out --recipe recipe
+    --warm-start-steps steps *args` writes, made once and copied to ``out`` (a copy each: a test may change
+    it).
 
     Made by that command itself, once per set of inputs (the arguments, the files it reads, the versions
     of what it runs on) and kept in pytest's cache across runs and xdist workers."""
@@ -117,8 +119,8 @@ def tiny_model(request):
             if f.is_file():
                 inputs.update(f.relative_to(REPO).as_posix().encode() + f.read_bytes())
 
-    def make(out: Path, steps: int = 1000, recipe: str = "tiny_math_cpu") -> Path:
-        argv = ["--recipe", recipe, "--warm-start-steps", str(steps)]
+    def make(out: Path, steps: int = 1000, recipe: str = "tiny_math_cpu", args: Sequence[str] = ()) -> Path:
+        argv = ["--recipe", recipe, "--warm-start-steps", str(steps), *args]
         key = inputs.copy()
         key.update(repr(argv).encode())
         made = cache / key.hexdigest()[:16]

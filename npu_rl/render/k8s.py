@@ -92,9 +92,18 @@ def job_port(name: str) -> int:
     return JOB_PORTS[0] + digest % (JOB_PORTS[1] - JOB_PORTS[0] + 1)
 
 
-def default_image(platform: str) -> str:
+def image_variant(recipe: Recipe) -> str:
+    """The image a recipe's pods run: the platform's, except a CPU recipe that samples with vLLM, whose
+    engine only the cpu-vllm image has (the cpu image has no vLLM)."""
+    variant = ACCELERATORS[recipe.resources.platform].image_variant
+    if variant == "cpu" and recipe.rollout.name == "vllm":
+        return "cpu-vllm"
+    return variant
+
+
+def default_image(recipe: Recipe) -> str:
     registry = str(versions.get("images.registry")).rstrip("/")
-    return f"{registry}/{image_spec(ACCELERATORS[platform].image_variant).tag}"
+    return f"{registry}/{image_spec(image_variant(recipe)).tag}"
 
 
 def _with_nodes(recipe: Recipe, nodes: int | None) -> Recipe:
@@ -210,7 +219,7 @@ def context(recipe: Recipe, target: str, opts: K8sOptions) -> dict:
         "workers": res.nnodes - 1,
         "devices": res.devices_per_node,
         "accelerator": acc,
-        "image": opts.image or default_image(res.platform),
+        "image": opts.image or default_image(recipe),
         "opts": opts,
         "workspace": str(WORKSPACE),
         "host_mounts": [{"name": f"host-{i}", "path": p} for i, p in enumerate(acc.host_mounts)],

@@ -15,6 +15,9 @@ def uninterrupted(tiny_model):
     pods = prepared_pods("two_nodes", tiny_model)
     try:
         pods.start()
+        # Ray's sockets while it trains (the last worker processes start with the first step)
+        pods.wait_for_step(1)
+        listening = {task: pods.listening(task) for task in ("head", "worker")}
         codes = pods.wait(timeout=900)
         yield {
             "pods": pods,
@@ -22,6 +25,7 @@ def uninterrupted(tiny_model):
             "head_log": pods.log("head"),
             "worker_log": pods.log("worker"),
             "left": pods.left(),
+            "listening": listening,
         }
     finally:
         pods.cleanup()

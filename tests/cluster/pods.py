@@ -105,12 +105,10 @@ class Pods:
         gcs = self.ray_port or free_ports(1)[0]
         docs = list(yaml.safe_load_all(render_text(self.recipe, "volcano", options=K8sOptions(ray_port=gcs))))
         configmap = next(d for d in docs if d and d["kind"] == "ConfigMap")
-        job = next(d for d in docs if d and d["kind"] == "Job")
-        volumes = dict(zip(MOUNTS, (self.secret, self.etc, self.ws)))
+        job = self.job = next(d for d in docs if d and d["kind"] == "Job")
         for name, text in configmap["data"].items():
             (self.etc / name).write_text(text)
         self._secret(job)
-        bin_dir = Path(sys.executable).parent
         volcano = {
             "VC_TASK_INDEX": "0",
             "VC_HEAD_HOSTS": "127.0.0.1",
@@ -121,30 +119,43 @@ class Pods:
         self.head_args: list[str] = []
         for task in TASKS:
             pod = _pod(job, task)
-            args = [_mapped(a, volumes) for a in pod["args"]]
             if task == "head":
-                self.head_args = args
-            penv = {k: v for k, v in os.environ.items() if not k.startswith(("VC_", "RAY_", "NPU_RL_", "HCCL_"))}
-            penv.update({e["name"]: _mapped(e["value"], volumes) for e in pod["env"]})
-            penv.update(volcano, PATH=f"{bin_dir}:{penv['PATH']}", PYTHONUNBUFFERED="1")
-            if task == "worker" and not self.one_host:
-                # Another host's address (the last --node-ip-address wins); Ray registers the head's 127.0.0.1
-                # under this host's address (ray/_private/services.py resolve_ip_for_localhost).
-                penv["NPU_RL_RAY_ARGS"] = f"--node-ip-address={WORKER_IP}"
-            penv.update((env or {}).get(task, {}))
+                self.head_args = list(pod["args"])
+            pod_env = {e["name"]: e["value"] for e in pod["env"]}
+            pod_env.update(volcano)
             log = self.work / f"{task}-{self.runs}.log"
             self.logs[task] = log
-            own = dict((mounts or {}).get(task, {}))
-            with open(log, "w") as out:
-                self.procs[task] = subprocess.Popen(
-                    [*_namespace(own), *args],
-                    cwd=self.ws,
-                    env=penv,
-                    stdout=out,
-                    stderr=subprocess.STDOUT,
-                    start_new_session=True,
-                )
+            self.procs[task] = self._launch(
+                task, job, pod, pod_env, (env or {}).get(task, {}), dict((mounts or {}).get(task, {})), log
+            )
         return self
+
+    def harness_env(self, task: str) -> dict[str, str]:
+        """What a pod gets from the harness and not from the manifest: with two hosts, the worker's address."""
+        if task == "worker" and not self.one_host:
+            # Another host's address (the last --node-ip-address wins); Ray registers the head's 127.0.0.1
+            # under this host's address (ray/_private/services.py resolve_ip_for_localhost).
+            return {"NPU_RL_RAY_ARGS": f"--node-ip-address={WORKER_IP}"}
+        return {}
+
+    def _launch(self, task, job, pod, pod_env, extra_env, own_mounts, log):
+        """One pod as a process of this machine: the manifest's args and env with the volumes' paths mapped
+        to the job's temp dirs, in a session of its own."""
+        volumes = dict(zip(MOUNTS, (self.secret, self.etc, self.ws)))
+        args = [_mapped(a, volumes) for a in pod["args"]]
+        penv = {k: v for k, v in os.environ.items() if not k.startswith(("VC_", "RAY_", "NPU_RL_", "HCCL_"))}
+        penv.update({k: _mapped(v, volumes) for k, v in pod_env.items()})
+        penv.update(PATH=f"{Path(sys.executable).parent}:{penv['PATH']}", PYTHONUNBUFFERED="1")
+        penv.update(self.harness_env(task), **extra_env)
+        with open(log, "w") as out:
+            return subprocess.Popen(
+                [*_namespace(own_mounts), *args],
+                cwd=self.ws,
+                env=penv,
+                stdout=out,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
+            )
 
     def _secret(self, job: dict) -> None:
         """The Secret the manifest's ``ray-token`` volume names, as `kubectl create secret` and a 0400 Secret
@@ -177,6 +188,21 @@ class Pods:
             return [root, *root.children(recursive=True)]
         except psutil.Error:
             return []
+
+    def listening(self, task: str) -> dict[int, dict]:
+        """The TCP ports a pod's processes listen on: {port: {"addresses": {...}, "processes": {...}}}, read from
+        the sockets they hold."""
+        pids = {p.pid: p for p in self.tree(task)}
+        found: dict[int, dict] = {}
+        for c in psutil.net_connections(kind="tcp"):
+            if c.status == psutil.CONN_LISTEN and c.pid in pids:
+                entry = found.setdefault(c.laddr.port, {"addresses": set(), "processes": set()})
+                entry["addresses"].add(c.laddr.ip)
+                try:
+                    entry["processes"].add(pids[c.pid].name())
+                except psutil.Error:
+                    pass
+        return found
 
     def kill(self, task: str, sig: int = signal.SIGKILL) -> None:
         """Signal every process of a pod at once, as a dead host or a frozen one would have it."""
@@ -260,11 +286,14 @@ SETS = {
 }
 
 
-def prepared_pods(experiment: str, tiny_model, one_host: bool = False, sets: dict | None = None) -> Pods:
-    """A fresh workspace with the tiny model and the sample data, and the job's pods (not started)."""
+def prepared_pods(
+    experiment: str, tiny_model, one_host: bool = False, sets: dict | None = None, model_args=(), pods_class=None, **kw
+) -> Pods:
+    """A fresh workspace with the tiny model (``model_args``: more `npu-rl model tiny` flags) and the sample
+    data, and the job's pods (not started; ``pods_class(recipe, work, one_host=..., **kw)``)."""
     work = Path(tempfile.mkdtemp(prefix="nmn"))
     recipe = load_recipe("tiny_math_cpu", {**SETS, **(sets or {}), "logging.experiment": experiment})
-    pods = Pods(recipe, work, one_host=one_host)
-    pods.in_ws(lambda: tiny_model(run_files.model_dir(recipe), steps=50))
+    pods = (pods_class or Pods)(recipe, work, one_host=one_host, **kw)
+    pods.in_ws(lambda: tiny_model(run_files.model_dir(recipe), steps=50, args=model_args))
     assert main(["data", "math", "--from", "sample", "--out", str(pods.ws / "data" / "math-sample")]) == 0
     return pods

@@ -10,9 +10,10 @@ import kubernetes_validate
 import pytest
 import yaml
 
-from npu_rl import defaults
+from npu_rl import defaults, versions
 from npu_rl.cli import build_parser, main
 from npu_rl.errors import UserError
+from npu_rl.image.spec import spec
 from npu_rl.recipe import load_recipe, parse_recipe
 from npu_rl.render import k8s
 from npu_rl.render.committed import render_all
@@ -273,6 +274,24 @@ def test_cpu_recipe_renders_pods_that_ask_for_no_device():
         assert not [m for m in container["volumeMounts"] if m["mountPath"].startswith("/usr/local")]
         assert container["args"][container["args"].index("--devices") + 1] == "1"
     assert job["spec"]["minAvailable"] == 2
+
+
+def _registry() -> str:
+    return str(versions.get("images.registry")).rstrip("/")
+
+
+@pytest.mark.parametrize("kind", ["volcano", "kuberay"])
+def test_a_cpu_recipe_sampling_with_vllm_runs_the_image_that_has_vllm(kind):
+    # The cpu image has no vLLM: its pods would fail at the rollout's first import.
+    sets = {"resources.nnodes": 2, "resources.devices_per_node": 1}
+    images = {}
+    for rollout in ("hf", "vllm"):
+        text = k8s.render_text(load_recipe("tiny_math_cpu", {**sets, "rollout.name": rollout}), kind)
+        job = _job([d for d in yaml.safe_load_all(text) if d])
+        images[rollout] = {c["image"] for _, _, t in _pod_templates(job) for c in t["spec"]["containers"]}
+    assert images["hf"] == {k8s.default_image(load_recipe("tiny_math_cpu"))}, images
+    assert images["hf"] == {f"{_registry()}/{spec('cpu').tag}"}, images
+    assert images["vllm"] == {f"{_registry()}/{spec('cpu-vllm').tag}"}, images
 
 
 def test_too_many_devices_per_node_is_refused():
