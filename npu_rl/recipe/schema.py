@@ -757,6 +757,16 @@ class Recipe(Strict):
                 )
         if self.reshard.enabled and (self.actor.strategy != "megatron" or self.resources.platform == "cpu"):
             raise ValueError("reshard.enabled needs actor.strategy megatron on an NPU platform")
+        if self.actor.strategy == "megatron" and self.resources.platform == "cpu":
+            # Past gloo (the CPU patch) and the model-parallel groups, verl 0.6.1's Megatron worker seeds
+            # megatron-core's RNG tracker (megatron_workers.py:96 set_random_seed, since torch.cpu counts one
+            # device), which keeps CUDA RNG states (megatron-core 0.12.1 tensor_parallel/random.py:194); its
+            # parallel layers are allocated on the accelerator too. tests/reshard/test_megatron_recipe.py
+            # shows the stop.
+            raise ValueError(
+                "actor.strategy megatron needs NPUs: megatron-core keeps its RNG states and parallel layers on "
+                "the accelerator; on platform cpu use actor.strategy fsdp"
+            )
         ro = self.rollout
         if ro.expert_parallel:
             if ro.name != "vllm" or self.resources.platform == "cpu":

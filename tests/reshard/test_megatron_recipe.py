@@ -3,6 +3,9 @@ ppo_megatron_trainer.yaml (hydra rejects unknown keys and '+' on existing ones).
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -10,7 +13,9 @@ import verl
 from hydra import compose, initialize_config_dir
 from omegaconf import OmegaConf
 
+from npu_rl.cli import main
 from npu_rl.errors import UserError
+from npu_rl.exit_codes import Exit
 from npu_rl.launcher.megatron import (
     megatron_env,
     megatron_overrides,
@@ -151,3 +156,44 @@ def test_megatron_layout_passes_verls_own_validation():
     with pytest.raises((AssertionError, ValueError)):
         cfg = _compose(base + megatron_overrides(r) + ["trainer.n_gpus_per_node=12"])
         validate_config(config=cfg, use_reference_policy=True, use_critic=False)
+
+
+def test_megatron_on_cpu_is_refused_before_anything_starts(capsys):
+    code = main(["train", "--recipe", "tiny_math_cpu", "--set", "actor.strategy=megatron", "--set", "model.dtype=null"])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert code == Exit.BAD_INPUT
+    assert len(err) == 1 and err[0].startswith("npu-rl: error:") and "actor.strategy megatron needs NPUs" in err[0]
+
+
+# verl 0.6.1's Megatron worker __init__ on a CPU process, as far as it goes: gloo (what the CPU patch gives
+# verl's get_nccl_backend), megatron-core's model-parallel groups, then verl's set_random_seed.
+_MEGATRON_WORKER_START = """
+import os, torch
+os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=os.environ["PORT"], RANK="0", WORLD_SIZE="1")
+torch.distributed.init_process_group(backend="gloo")
+from megatron.core import parallel_state as mpu
+mpu.initialize_model_parallel(tensor_model_parallel_size=1, pipeline_model_parallel_size=1)
+print("model-parallel groups up", flush=True)
+from verl.workers.megatron_workers import set_random_seed
+set_random_seed(seed=1)
+print("seeded", flush=True)
+"""
+
+
+def test_verl_megatron_worker_stops_on_cpu_where_the_refusal_says():
+    """The refusal above holds while this does: if a later verl or megatron-core seeds on CPU, this fails and
+    the refusal can move to the next stop."""
+    from npu_rl.cluster.rayports import choose_ports
+
+    (port,) = choose_ports(1, (12000, 19999))
+    run = subprocess.run(
+        [sys.executable, "-c", _MEGATRON_WORKER_START],
+        env={**os.environ, "PORT": str(port)},
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert "model-parallel groups up" in run.stdout, run.stderr[-3000:]
+    assert run.returncode != 0 and "seeded" not in run.stdout
+    assert "megatron/core/tensor_parallel/random.py" in run.stderr and "torch.cuda.get_rng_state()" in run.stderr
+    assert run.stderr.strip().splitlines()[-1].endswith("AssertionError: Torch not compiled with CUDA enabled")
