@@ -26,6 +26,7 @@ Mode = Literal["live", "plain", "raw"]
 VERBOSE_ENV = "NPU_RL_VERBOSE"
 EVERY_ENV = "NPU_RL_PROGRESS_EVERY"  # at least this many seconds between two plain step lines (default 0: each step)
 GATE_METRIC = "training/rollout_probs_diff_mean"  # npu_rl.patches.consistency.METRIC, verl's name
+GATE_CORR_METRIC = "training/rollout_actor_probs_pearson_corr"  # npu_rl.patches.consistency.CORR_METRIC
 _REWARD_PARTS = "reward/"  # npu_rl.patches.reward_parts logs each part's batch mean under this prefix
 _MAX_PARTS = 4
 
@@ -111,13 +112,14 @@ class TrainConsole:
         every_s: float | None = None,
         heartbeat_s: float = 120.0,
         gate_max: float | None = None,
+        gate_min_corr: float | None = None,
     ):
         self.mode = mode
         self.out = out or sys.stdout
         self.state = Progress(total, start_step)
         self.every_s = float(os.environ.get(EVERY_ENV, "0")) if every_s is None else every_s
         self.heartbeat_s = heartbeat_s
-        self.gate_max = gate_max
+        self.gate_max, self.gate_min_corr = gate_max, gate_min_corr
         self.tail: deque[str] = deque(maxlen=400)
         self._warned: set[str] = set()
         self._checkpoint: str | None = None
@@ -226,6 +228,10 @@ class TrainConsole:
         gap = metrics.get(GATE_METRIC)
         if lines.finite(gap):
             limit = f" <= {self.gate_max:g}" if self.gate_max is not None else ""
+            corr = metrics.get(GATE_CORR_METRIC)
+            if lines.finite(corr):
+                floor = f" >= {self.gate_min_corr:g}" if self.gate_min_corr is not None else ""
+                limit += f", correlation {corr:.3g}{floor}"
             self.event(f"consistency gate at step {step}: rollout probs diff mean {gap:.3g}{limit}: passed")
         if self.state.last is None or self.state.last[0] != step:
             return  # validation before training: no step yet

@@ -246,7 +246,9 @@ def run_env(recipe: Recipe, start_step: int | None) -> dict[str, str]:
         env["RAY_EXPERIMENTAL_NOSET_ASCEND_RT_VISIBLE_DEVICES"] = ""
     if recipe.consistency_gated:
         c = recipe.consistency
-        env[CONSISTENCY_ENV] = json.dumps({"every": c.every, "max_probs_diff_mean": c.max_probs_diff_mean})
+        env[CONSISTENCY_ENV] = json.dumps(
+            {"every": c.every, "max_probs_diff_mean": c.max_probs_diff_mean, "min_probs_corr": c.min_probs_corr}
+        )
     if recipe.rollout.expert_parallel:
         # vLLM 0.9.1's ParallelConfig falls back to VLLM_DP_* when its engine argument is left at 1
         # (npu_rl.patches.vllm_dp); that patch derives each rank's VLLM_DP_RANK / master from this.

@@ -87,10 +87,14 @@ def run_training(recipe: Recipe, *, ray_port: int | None = None, verbose: bool =
         + ("" if mode == "raw" else " (--verbose shows it here)"),
         flush=True,
     )
-    gate_max = recipe.consistency.max_probs_diff_mean if spec.consistency_file is not None else None
+    gated = spec.consistency_file is not None
+    gate_max = recipe.consistency.max_probs_diff_mean if gated else None
+    gate_min_corr = recipe.consistency.min_probs_corr if gated else None
     with (
         open(log_file, "a", encoding="utf-8") as log,
-        TrainConsole(mode=mode, total=total, start_step=spec.start_step or 0, gate_max=gate_max) as console,
+        TrainConsole(
+            mode=mode, total=total, start_step=spec.start_step or 0, gate_max=gate_max, gate_min_corr=gate_min_corr
+        ) as console,
     ):
         code, error = _attempt(spec, recipe, address, ray_port, log, console)
     seconds = time.monotonic() - console.state.started

@@ -9,7 +9,12 @@ update just learns from the wrong samples. verl measures the gap (``verl/utils/d
 response tokens) only when its old_log_prob pass runs, the pass the recipes skip (:mod:`npu_rl.patches.old_log_prob`).
 The gate runs it where the recipe says, at the rollout's temperature for log-probs (:func:`_at_requested_temperature`),
 with the rollout's log-probs (``calculate_log_probs=True``, verl 0.6.1 ``vllm_rollout_spmd.py`` 399-444),
-measures with verl's function and stops above ``max_probs_diff_mean``; on other steps it drops the rollout's
+measures with verl's function and stops above ``max_probs_diff_mean``, or below ``min_probs_corr`` of verl's
+``training/rollout_actor_probs_pearson_corr`` (the same function's Pearson correlation of the two sides' token
+probabilities). The mean alone misses a sync that never lands: an engine left with ``load_format: dummy``'s
+near-zero random weights samples tokens that both sides give probabilities near zero, so their mean difference
+stays small (measured 0.0014 against a healthy 0.0007 on CPU with vLLM) while the correlation falls to
+nothing. On other steps it drops the rollout's
 log-probs so verl does not compare them with the skip's NaN placeholders. Each verdict goes to
 ``NPU_RL_CONSISTENCY_FILE`` (JSON); a failed gate raises in the TaskRunner: ``Exit.INCONSISTENT``.
 """
@@ -26,9 +31,10 @@ from typing import Any
 from .guard import FSDP_WORKERS, MEGATRON_WORKERS, RAY_TRAINER, VLLM_ROLLOUT, Patch
 
 PATCH_NAME = "consistency"
-ENV = "NPU_RL_CONSISTENCY"  # JSON {"every": N, "max_probs_diff_mean": x}
+ENV = "NPU_RL_CONSISTENCY"  # JSON {"every": N, "max_probs_diff_mean": x, "min_probs_corr": y}
 FILE_ENV = "NPU_RL_CONSISTENCY_FILE"
-METRIC = "training/rollout_probs_diff_mean"  # verl's name for what the gate measures
+METRIC = "training/rollout_probs_diff_mean"  # verl's names for what the gate measures
+CORR_METRIC = "training/rollout_actor_probs_pearson_corr"
 # Set on the worker group by npu_rl.patches.old_log_prob before it replaces compute_log_prob with the skip.
 REAL_PASS = "npu_rl_compute_log_prob"
 # A batch's meta_info key: the temperature the workers' compute_log_prob divides the logits by.
@@ -48,6 +54,10 @@ FINGERPRINTS = {
 # broken sync would (seeded: every drill run breaks the same weights the same way); the gate must stop it.
 DRILL_ENV = "NPU_RL_DRILL"
 WEIGHTS_DRILL = "rollout_weights"
+# NPU_RL_DRILL=rollout_weights_skipped: every weight sync into vLLM loads nothing, as a sync that silently
+# never lands would; the engine samples from what it holds (at step 1, load_format dummy's random weights).
+# vLLM only: the hf rollout samples from the trainer's own module and has no sync to skip.
+SKIPPED_DRILL = "rollout_weights_skipped"
 PATCH = Patch(PATCH_NAME, FINGERPRINTS)
 
 
@@ -59,6 +69,7 @@ class ConsistencyError(RuntimeError):
 class Gate:
     every: int
     max_probs_diff_mean: float
+    min_probs_corr: float
 
     def due(self, step: int, first: int) -> bool:
         """The first step this process trains (a restart re-creates the rollout and its sync), then every N."""
@@ -75,6 +86,7 @@ class Verdicts:
     """What the gate found, step by step; ``error`` is the line `npu-rl train` prints."""
 
     max_probs_diff_mean: float
+    min_probs_corr: float
     steps: list[dict] = field(default_factory=list)
     error: str | None = None
 
@@ -91,8 +103,9 @@ def verdict_error(path: Path) -> str | None:
         return None
 
 
-def probs_diff_mean(batch: Any, old_log_probs: Any) -> float:
-    """verl's ``training/rollout_probs_diff_mean`` of ``batch``'s rollout log-probs against ``old_log_probs``."""
+def measure(batch: Any, old_log_probs: Any) -> tuple[float, float]:
+    """verl's ``training/rollout_probs_diff_mean`` and ``training/rollout_actor_probs_pearson_corr`` of
+    ``batch``'s rollout log-probs against ``old_log_probs``."""
     from verl import DataProto  # lazy: verl
     from verl.utils.debug.metrics import calculate_debug_metrics  # lazy: verl
 
@@ -103,7 +116,8 @@ def probs_diff_mean(batch: Any, old_log_probs: Any) -> float:
     }
     mask = "response_mask" if "response_mask" in batch.batch.keys() else "attention_mask"
     tensors[mask] = batch.batch[mask]
-    return float(calculate_debug_metrics(DataProto.from_dict(tensors=tensors))[METRIC])
+    metrics = calculate_debug_metrics(DataProto.from_dict(tensors=tensors))
+    return float(metrics[METRIC]), float(metrics[CORR_METRIC])
 
 
 def gated(trainer: Any, real, current, gate: Gate, verdicts: Verdicts, path: str | None):
@@ -133,15 +147,23 @@ def gated(trainer: Any, real, current, gate: Gate, verdicts: Verdicts, path: str
             batch.meta_info.pop(TEMPERATURE, None)
         # The pass hands its temperature on to the update (fit unions it into the batch): the sampling one.
         out.meta_info["temperature"] = trainer.config.actor_rollout_ref.rollout.temperature
-        diff = probs_diff_mean(batch, out.batch["old_log_probs"])
-        ok = diff <= gate.max_probs_diff_mean  # NaN fails too
-        verdicts.steps.append({"step": step, "probs_diff_mean": diff, "ok": ok})
+        diff, corr = measure(batch, out.batch["old_log_probs"])
+        close = diff <= gate.max_probs_diff_mean  # NaN fails too
+        alike = corr >= gate.min_probs_corr
+        ok = close and alike
+        verdicts.steps.append({"step": step, "probs_diff_mean": diff, "probs_corr": corr, "ok": ok})
+        if not close:
+            why = f"differ from the trainer's by {diff:.4g} on average ({METRIC}; limit {gate.max_probs_diff_mean:g})"
+        elif not alike:
+            why = (
+                f"correlate with the trainer's by only {corr:.4g} ({CORR_METRIC}; limit {gate.min_probs_corr:g}; "
+                f"mean difference {diff:.4g})"
+            )
         if not ok:
             verdicts.error = (
-                f"consistency gate at step {step}: the rollout's token probabilities differ from the "
-                f"trainer's by {diff:.4g} on average ({METRIC}; limit {gate.max_probs_diff_mean:g}), "
-                "so the rollout samples from another policy than the one trained (a broken weight sync?); "
-                "stopped before the optimizer step"
+                f"consistency gate at step {step}: the rollout's token probabilities {why}, so the rollout "
+                "samples from another policy than the one trained (a broken weight sync?); stopped before the "
+                "optimizer step"
             )
         verdicts.write(path)
         if not ok:
@@ -162,7 +184,8 @@ def patch_ray_trainer(original_init):
         current = wg.compute_log_prob
         real = getattr(wg, REAL_PASS, current)
         path = os.environ.get(FILE_ENV)
-        wg.compute_log_prob = gated(self, real, current, gate, Verdicts(gate.max_probs_diff_mean), path)
+        verdicts = Verdicts(gate.max_probs_diff_mean, gate.min_probs_corr)
+        wg.compute_log_prob = gated(self, real, current, gate, verdicts, path)
 
     return init_workers
 
@@ -217,7 +240,13 @@ def drilled(weights: Any) -> Any:
 @PATCH.wrap(VLLM_ROLLOUT, "vLLMRollout.update_weights", name="drill_vllm_weight_sync")
 def _drill_vllm_weight_sync(original):
     async def update_weights(self, weights, **kwargs):
-        if os.environ.get(DRILL_ENV) == WEIGHTS_DRILL:
+        drill = os.environ.get(DRILL_ENV)
+        if drill == SKIPPED_DRILL:
+            # Drained, not loaded: the trainer's side (FSDP's gathers per tensor) runs as in a real sync.
+            for _ in weights:
+                pass
+            return None
+        if drill == WEIGHTS_DRILL:
             weights = drilled(weights)
         return await original(self, weights, **kwargs)
 

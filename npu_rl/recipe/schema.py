@@ -521,7 +521,8 @@ class ConsistencySpec(Strict):
     """The train/rollout consistency gate (npu_rl.patches.consistency): at a run's first step, and every
     ``every`` steps, run the old_log_prob pass the recipe skips and compare the trainer's token
     probabilities with the rollout's own; verl's ``training/rollout_probs_diff_mean`` above
-    ``max_probs_diff_mean`` stops the run before the optimizer step (exit INCONSISTENT). Only with
+    ``max_probs_diff_mean``, or its ``training/rollout_actor_probs_pearson_corr`` below ``min_probs_corr``, stops
+    the run before the optimizer step (exit INCONSISTENT). Only with
     ``optimizations.recompute_old_log_prob: false`` (``Recipe.consistency_gated``)."""
 
     enabled: bool = Field(
@@ -535,6 +536,14 @@ class ConsistencySpec(Strict):
         gt=0,
         le=1,
         description="Largest mean |train - rollout| token probability before the run stops -> env `NPU_RL_CONSISTENCY`",
+    )
+    min_probs_corr: float = Field(
+        0.8,
+        ge=-1,
+        le=1,
+        description="Smallest Pearson correlation of train and rollout token probabilities before the run stops "
+        "(a sync that never lands leaves both near zero: a small mean difference, no correlation) -> env "
+        "`NPU_RL_CONSISTENCY`",
     )
 
 

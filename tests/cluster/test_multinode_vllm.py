@@ -29,6 +29,7 @@ from npu_rl.exit_codes import Exit
 from npu_rl.image.build import build_variant
 from npu_rl.image.engine import engine
 from npu_rl.image.spec import spec
+from npu_rl.recipe import load_recipe
 from npu_rl.render.k8s import default_image
 
 pytestmark = [pytest.mark.image, pytest.mark.timeout(2400)]
@@ -40,12 +41,14 @@ KILLED_AT = 2
 SETS = {"rollout.name": "vllm", "algorithm.total_training_steps": STEPS}
 # As tests/cluster/test_cluster_faults.py: Ray's node health check, then verl's own exit.
 NODE_FAULT_EXIT_S = 90
-GATE = r"npu-rl: consistency gate at step {}: rollout probs diff mean ([0-9.e-]+) <= "
+GATE = r"npu-rl: consistency gate at step {}: rollout probs diff mean ([0-9.e-]+) <= [0-9.]+, correlation ([0-9.e-]+) "
 
 
 def _gate(log: str, step: int) -> float:
+    """The gate's passed verdict at ``step``: the mean difference, after checking the correlation too."""
     m = re.search(GATE.format(step), log)
     assert m, log[-4000:]
+    assert float(m.group(2)) >= load_recipe("tiny_math_cpu").consistency.min_probs_corr, m.group(0)
     return float(m.group(1))
 
 

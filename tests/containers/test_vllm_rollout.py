@@ -6,8 +6,8 @@ One workspace, each run through docker-compose against the image:
   two FSDP workers (weights synced into it every step), the consistency gate at step 1 on vLLM's own
   log-probs, a checkpoint, merge, eval and the report;
 - `npu-rl train` resumed from that checkpoint for two more steps: a new engine per worker, the gate again;
-- the gate's drill (every weight sync into vLLM lands with noise): the run stops at its first step, before
-  the optimizer step, with exit INCONSISTENT;
+- the gate's drills (every weight sync into vLLM lands with noise, or loads nothing): each run stops at its
+  first step, before the optimizer step, with exit INCONSISTENT;
 - the old_log_prob skip against the recomputed pass, one step each on vLLM's rollouts: the same rollouts,
   the same actor metrics and the same parameters after the update.
 """
@@ -29,7 +29,7 @@ from console_steps import shown_steps
 from npu_rl.defaults import DEMO_WARM_START_STEPS
 from npu_rl.exit_codes import Exit
 from npu_rl.image.build import build_variant
-from npu_rl.patches.consistency import DRILL_ENV, METRIC, WEIGHTS_DRILL
+from npu_rl.patches.consistency import CORR_METRIC, DRILL_ENV, METRIC, SKIPPED_DRILL, WEIGHTS_DRILL
 from npu_rl.report.scalars import load_run
 
 REPO = Path(__file__).resolve().parents[2]
@@ -110,26 +110,37 @@ def test_the_vllm_rollout_trains_resumes_and_its_broken_sync_is_stopped(demo, ca
     assert gate, log[-3000:]
     demo.measured["gap_resumed"] = float(gate.group(1))
 
-    # The drill: a broken sync into vLLM is stopped at the first step, before the update.
-    code, log = demo.train(
-        {"logging.experiment": "drill", "algorithm.total_training_steps": 2}, f"{DRILL_ENV}={WEIGHTS_DRILL}"
-    )
-    assert code == Exit.INCONSISTENT, log[-4000:]
-    (line,) = [ln for ln in log.splitlines() if "npu-rl: error:" in ln]
-    assert "consistency gate at step 1: the rollout's token probabilities differ" in line, line
-    assert f"({METRIC}; limit " in line and "stopped before the optimizer step" in line
-    assert shown_steps(log) == []
-    verdicts = list(demo.run_dir.rglob("drill/consistency.json"))
-    assert verdicts, "no verdict file"
-    (step,) = json.loads(verdicts[0].read_text())["steps"]
-    demo.measured["gap_drill"] = step["probs_diff_mean"]
-    # Stopped, and far from a healthy run's gap (measured here: 0.57 against 0.00065).
-    assert not step["ok"] and step["probs_diff_mean"] > 20 * demo.measured["gap_step1"]
+    # The drills: a sync into vLLM that lands broken, or never lands (the engine keeps load_format dummy's
+    # random weights), is stopped at the first step, before the update.
+    for experiment, drill in (("drill", WEIGHTS_DRILL), ("drill_skipped", SKIPPED_DRILL)):
+        code, log = demo.train(
+            {"logging.experiment": experiment, "algorithm.total_training_steps": 2}, f"{DRILL_ENV}={drill}"
+        )
+        assert code == Exit.INCONSISTENT, log[-4000:]
+        (line,) = [ln for ln in log.splitlines() if "npu-rl: error:" in ln]
+        assert "consistency gate at step 1: the rollout's token probabilities " in line, line
+        assert "stopped before the optimizer step" in line
+        assert shown_steps(log) == []
+        verdicts = list(demo.run_dir.rglob(f"{experiment}/consistency.json"))
+        assert verdicts, "no verdict file"
+        (step,) = json.loads(verdicts[0].read_text())["steps"]
+        demo.measured[f"gap_{experiment}"] = step["probs_diff_mean"]
+        demo.measured[f"corr_{experiment}"] = step["probs_corr"]
+        assert not step["ok"]
+        if drill == WEIGHTS_DRILL:
+            # Far from a healthy run's gap (measured here: 0.57 against 0.00065).
+            assert f"({METRIC}; limit " in line and step["probs_diff_mean"] > 20 * demo.measured["gap_step1"]
+        else:
+            # Tokens both sides find unlikely: the mean difference stays under its limit (measured 0.0014), the
+            # correlation is gone (0.018 against a healthy 0.9999).
+            assert f"({CORR_METRIC}; limit " in line, line
+            assert step["probs_diff_mean"] < 0.05 and step["probs_corr"] < 0.5
     with capsys.disabled():
         print(
             f"\ncpu-vllm demo ({STEPS} steps) {demo.measured['demo_s']:.0f} s; {METRIC}: step 1 "
             f"{demo.measured['gap_step1']:.5f}, resumed {demo.measured['gap_resumed']:.5f}, "
-            f"drill {demo.measured['gap_drill']:.3f}"
+            f"drill {demo.measured['gap_drill']:.3f}; correlation: drill {demo.measured['corr_drill']:.3f}, "
+            f"skipped sync {demo.measured['corr_drill_skipped']:.3f} (gap {demo.measured['gap_drill_skipped']:.4f})"
         )
 
 

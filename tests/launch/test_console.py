@@ -27,7 +27,8 @@ STREAM = [
     f"{ESC}[36m(TaskRunner pid=12){ESC}[0m Training Progress:   0%|          | 0/3 [00:00<?, ?it/s]",
     "(TaskRunner pid=12) step:0 - val-core/MATH/acc/mean@1:0.25 - val-aux/MATH/format/mean@1:0.5",
     "(WorkerDict pid=13) /x/dp_actor.py:109: UserWarning: In CPU autocast, but the target dtype is not supported.",
-    "(TaskRunner pid=12) step:1 - training/rollout_probs_diff_mean:1.5e-07 - critic/score/mean:0.25 - "
+    "(TaskRunner pid=12) step:1 - training/rollout_probs_diff_mean:1.5e-07 - "
+    "training/rollout_actor_probs_pearson_corr:0.9999 - critic/score/mean:0.25 - "
     "reward/acc:0.25 - reward/format:0.5 - reward/cot:0.0 - timing_s/step:2.0 - perf/throughput:1234.5",
     "(TaskRunner pid=12) local_global_step_folder: /ckpt/global_step_2",
     "(TaskRunner pid=12) /x/y.py:3: UserWarning: max_response_length truncates 40% of responses",
@@ -59,14 +60,14 @@ def test_step_lines_parse_to_numbers():
 
 def test_plain_mode_shows_steps_and_events_and_hides_the_listed_noise():
     out = io.StringIO()
-    with TrainConsole(mode="plain", total=None, start_step=0, out=out, gate_max=0.05) as console:
+    with TrainConsole(mode="plain", total=None, start_step=0, out=out, gate_max=0.05, gate_min_corr=0.8) as console:
         steps = [console.feed(raw) for raw in STREAM]
     assert [s for s in steps if s is not None] == [0, 1, 2]
     shown = out.getvalue().splitlines()
     assert all(line.startswith("npu-rl: ") for line in shown), shown
     text = "\n".join(shown)
     assert "validation before training: held-out acc 0.2500" in text
-    assert "consistency gate at step 1: rollout probs diff mean 1.5e-07 <= 0.05: passed" in text
+    assert "consistency gate at step 1: rollout probs diff mean 1.5e-07 <= 0.05, correlation 1 >= 0.8: passed" in text
     assert "validation at step 2: held-out acc 0.5000" in text
     # The rotation the patch reports goes with the checkpoint's own line.
     assert "checkpoint global_step_2 saved: /ckpt/global_step_2 (removed global_step_1, keeping 1)" in text

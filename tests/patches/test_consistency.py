@@ -28,12 +28,12 @@ def _batch(rollout_log_probs: torch.Tensor | None) -> DataProto:
 TRAINER_LP = torch.log(torch.tensor([[0.5, 0.9, 0.2], [0.8, 0.6, 0.3]]))
 
 
-def _real_pass(calls: list):
+def _real_pass(calls: list, trainer_lp: torch.Tensor):
     def real(batch):
         # The workers compute at the temperature the gate asks for: the rollout's log-probs' own.
         calls.append(("real", batch.meta_info.get(gate_mod.TEMPERATURE)))
         return DataProto.from_dict(
-            tensors={"old_log_probs": TRAINER_LP.clone(), "entropys": torch.zeros(2, 3)},
+            tensors={"old_log_probs": trainer_lp.clone(), "entropys": torch.zeros(2, 3)},
             meta_info={"temperature": batch.meta_info.get(gate_mod.TEMPERATURE)},
         )
 
@@ -48,24 +48,24 @@ def _skip(calls: list):
     return skip
 
 
-def _gated(tmp_path, every=0, limit=0.05):
+def _gated(tmp_path, every=0, limit=0.05, min_corr=0.8, trainer_lp=TRAINER_LP):
     calls: list = []
     rollout = types.SimpleNamespace(temperature=0.7)
     trainer = types.SimpleNamespace(
         global_steps=1, config=types.SimpleNamespace(actor_rollout_ref=types.SimpleNamespace(rollout=rollout))
     )
     path = tmp_path / "consistency.json"
-    fn = gate_mod.gated(
-        trainer, _real_pass(calls), _skip(calls), gate_mod.Gate(every, limit), gate_mod.Verdicts(limit), str(path)
-    )
+    gate, verdicts = gate_mod.Gate(every, limit, min_corr), gate_mod.Verdicts(limit, min_corr)
+    fn = gate_mod.gated(trainer, _real_pass(calls, trainer_lp), _skip(calls), gate, verdicts, str(path))
     return fn, trainer, calls, path
 
 
-def test_the_gate_measures_verls_own_metric():
+def test_the_gate_measures_verls_own_metrics():
     rollout = TRAINER_LP + 0.1
     batch = _batch(rollout)
     union = DataProto.from_dict(tensors={**batch.batch, "old_log_probs": TRAINER_LP})
-    assert gate_mod.probs_diff_mean(batch, TRAINER_LP) == pytest.approx(calculate_debug_metrics(union)[gate_mod.METRIC])
+    verl = calculate_debug_metrics(union)
+    assert gate_mod.measure(batch, TRAINER_LP) == pytest.approx((verl[gate_mod.METRIC], verl[gate_mod.CORR_METRIC]))
 
 
 def test_first_step_runs_the_pass_and_later_steps_keep_the_skip(tmp_path):
@@ -100,6 +100,22 @@ def test_a_difference_above_the_limit_stops_the_run_with_one_line(tmp_path):
     assert json.loads(path.read_text())["steps"][0]["ok"] is False
 
 
+def test_a_rollout_near_zero_everywhere_stops_the_run_on_the_correlation(tmp_path):
+    """What a sync that never lands gives (an engine with load_format dummy's random weights): tokens that
+    both sides find unlikely, a mean difference under the limit and probabilities that do not correlate."""
+    unlikely = torch.log(torch.tensor([[0.010, 0.002, 0.030], [0.020, 0.001, 0.015]]))
+    nowhere = torch.log(torch.tensor([[1.1e-5, 1.0e-5, 0.9e-5], [1.0e-5, 1.2e-5, 1.0e-5]]))
+    trainer_side = DataProto.from_dict(tensors={**_batch(nowhere).batch, "old_log_probs": unlikely})
+    assert calculate_debug_metrics(trainer_side)[gate_mod.METRIC] < 0.05  # the mean alone passes it
+    fn, _, _, path = _gated(tmp_path, limit=0.05, trainer_lp=unlikely)
+    with pytest.raises(gate_mod.ConsistencyError) as err:
+        fn(_batch(nowhere))
+    line = str(err.value)
+    assert "correlate with the trainer's by only" in line and "rollout_actor_probs_pearson_corr; limit 0.8" in line
+    (step,) = json.loads(path.read_text())["steps"]
+    assert step["probs_diff_mean"] < 0.05 and not step["ok"]
+
+
 def test_a_rollout_that_returns_no_log_probs_fails_the_gate(tmp_path):
     fn, _, calls, path = _gated(tmp_path)
     with pytest.raises(gate_mod.ConsistencyError):
@@ -114,7 +130,7 @@ def test_the_launch_asks_the_rollout_for_log_probs_and_sets_the_gate(tmp_path, m
     )
     spec = build_launch(recipe)
     assert "actor_rollout_ref.rollout.calculate_log_probs=True" in spec.argv
-    assert json.loads(spec.env[gate_mod.ENV]) == {"every": 10, "max_probs_diff_mean": 0.2}
+    assert json.loads(spec.env[gate_mod.ENV]) == {"every": 10, "max_probs_diff_mean": 0.2, "min_probs_corr": 0.8}
     assert spec.env[gate_mod.FILE_ENV] == str(spec.consistency_file)
     assert spec.patches.index("old_log_prob") < spec.patches.index("consistency")
     off = build_launch(load_recipe("tiny_math_cpu", {"consistency.enabled": False}))
