@@ -101,9 +101,14 @@ def image_variant(recipe: Recipe) -> str:
     return variant
 
 
-def default_image(recipe: Recipe) -> str:
+def image_ref(variant: str) -> str:
+    """An image variant as manifests name it: in the registry of configs/versions.yaml."""
     registry = str(versions.get("images.registry")).rstrip("/")
-    return f"{registry}/{image_spec(image_variant(recipe)).tag}"
+    return f"{registry}/{image_spec(variant).tag}"
+
+
+def default_image(recipe: Recipe) -> str:
+    return image_ref(image_variant(recipe))
 
 
 def _with_nodes(recipe: Recipe, nodes: int | None) -> Recipe:

@@ -28,7 +28,7 @@ def _memory(quantity: str) -> str:
     """A Kubernetes quantity (64Gi) as the engine's size (64g)."""
     m = re.fullmatch(r"(\d+)(Ki|Mi|Gi|Ti)?", quantity)
     assert m, quantity
-    return m.group(1) + {"Ki": "k", "Mi": "m", "Gi": "g", "Ti": "t", None: "b"}[m.group(2)][0]
+    return m.group(1) + {"Ki": "k", "Mi": "m", "Gi": "g", "Ti": "t", None: "b"}[m.group(2)]
 
 
 class ContainerProc:
@@ -76,9 +76,9 @@ class ContainerPods(Pods):
         self.client = client
         self.job_id = work.name
 
-    def _volumes(self, job: dict, pod: dict, own: dict) -> tuple[dict, str | None]:
+    def _volumes(self, task: str, job: dict, pod: dict, own: dict) -> tuple[dict, str | None]:
         """The pod's volumes as bind mounts ({host path: {bind, mode}}), and the size of its memory /dev/shm."""
-        sources = {v["name"]: v for v in _pod_spec(job, "head")["volumes"]}
+        sources = {v["name"]: v for v in _pod_spec(job, task)["volumes"]}
         binds, shm = {}, None
         for m in pod["volumeMounts"]:
             v = sources[m["name"]]
@@ -98,7 +98,7 @@ class ContainerPods(Pods):
         return binds, shm
 
     def _launch(self, task, job, pod, pod_env, extra_env, own_mounts, log):
-        binds, shm = self._volumes(job, pod, own_mounts)
+        binds, shm = self._volumes(task, job, pod, own_mounts)
         caps = ((pod.get("securityContext") or {}).get("capabilities") or {}).get("add", [])
         container = self.client.containers.run(
             pod["image"],

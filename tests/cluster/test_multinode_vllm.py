@@ -23,19 +23,18 @@ from console_steps import shown_steps
 from container_pods import ContainerPods
 from pods import prepared_pods
 
-from npu_rl import run_files, versions
+from npu_rl import run_files
 from npu_rl.demo import VLLM_MODEL_ARGS
 from npu_rl.exit_codes import Exit
 from npu_rl.image.build import build_variant
 from npu_rl.image.engine import engine
 from npu_rl.image.spec import spec
 from npu_rl.recipe import load_recipe
-from npu_rl.render.k8s import default_image
+from npu_rl.render.k8s import default_image, image_ref
 
 pytestmark = [pytest.mark.image, pytest.mark.timeout(2400)]
 
 REPO = Path(__file__).resolve().parents[2]
-REGISTRY = str(versions.get("images.registry")).rstrip("/")
 STEPS = 8
 KILLED_AT = 2
 SETS = {"rollout.name": "vllm", "algorithm.total_training_steps": STEPS}
@@ -70,7 +69,7 @@ def job(tiny_model, request):
         # The CPU images under the names the manifests give them, as a registry serves them: the pods run
         # whichever the manifest names (the cpu image, built by .ci/run, has no vLLM).
         for variant in ("cpu", "cpu-vllm"):
-            repo, tag = f"{REGISTRY}/{spec(variant).tag}".rsplit(":", 1)
+            repo, tag = image_ref(variant).rsplit(":", 1)
             eng.client.images.get(spec(variant).tag).tag(repo, tag)
         image = default_image(pods.recipe)
         out: dict = {"pods": pods, "image": image}
@@ -109,7 +108,7 @@ def job(tiny_model, request):
 def test_the_pods_run_the_image_the_manifest_names(job):
     for task in job["pods"].job["spec"]["tasks"]:
         (container,) = task["template"]["spec"]["containers"]
-        assert container["image"] == job["image"] == f"{REGISTRY}/{spec('cpu-vllm').tag}"
+        assert container["image"] == job["image"] == image_ref("cpu-vllm")
 
 
 def test_vllm_samples_on_both_nodes_and_the_gate_passes_on_its_log_probs(job):

@@ -10,10 +10,9 @@ import kubernetes_validate
 import pytest
 import yaml
 
-from npu_rl import defaults, versions
+from npu_rl import defaults
 from npu_rl.cli import build_parser, main
 from npu_rl.errors import UserError
-from npu_rl.image.spec import spec
 from npu_rl.recipe import load_recipe, parse_recipe
 from npu_rl.render import k8s
 from npu_rl.render.committed import render_all
@@ -276,10 +275,6 @@ def test_cpu_recipe_renders_pods_that_ask_for_no_device():
     assert job["spec"]["minAvailable"] == 2
 
 
-def _registry() -> str:
-    return str(versions.get("images.registry")).rstrip("/")
-
-
 @pytest.mark.parametrize("kind", ["volcano", "kuberay"])
 def test_a_cpu_recipe_sampling_with_vllm_runs_the_image_that_has_vllm(kind):
     # The cpu image has no vLLM: its pods would fail at the rollout's first import.
@@ -290,8 +285,8 @@ def test_a_cpu_recipe_sampling_with_vllm_runs_the_image_that_has_vllm(kind):
         job = _job([d for d in yaml.safe_load_all(text) if d])
         images[rollout] = {c["image"] for _, _, t in _pod_templates(job) for c in t["spec"]["containers"]}
     assert images["hf"] == {k8s.default_image(load_recipe("tiny_math_cpu"))}, images
-    assert images["hf"] == {f"{_registry()}/{spec('cpu').tag}"}, images
-    assert images["vllm"] == {f"{_registry()}/{spec('cpu-vllm').tag}"}, images
+    assert images["hf"] == {k8s.image_ref("cpu")}, images
+    assert images["vllm"] == {k8s.image_ref("cpu-vllm")}, images
 
 
 def test_too_many_devices_per_node_is_refused():
