@@ -1,6 +1,9 @@
-"""Reads the version pins from ``configs/versions.yaml`` (the only place they live).
+"""Reads the version pins: ``configs/versions.yaml`` (what every stack line shares) merged with one stack
+line's ``configs/stacks/<line>.yaml`` (its verl, CANN, torch_npu, vLLM, ... whole), the only places they live.
 
-``python -m npu_rl.versions get verl.version`` prints one pin (the Makefile's npu-stack);
+``load()`` is the default line's merged pins (``stacks.default``), the set `make venv`, the images and the
+locks follow; ``load(stack=name)`` another line's. ``python -m npu_rl.versions get verl.version
+[--stack LINE]`` prints one pin (the Makefile's npu-stack); ``lines`` lists the lines;
 ``cpu_constraints`` are the CPU locks' constraints (npu_rl.envs.locks).
 """
 
@@ -15,19 +18,56 @@ import yaml
 
 from .paths import config_dir
 
+STACKS_DIR = "stacks"
+
+
+def _read(path: Path) -> dict[str, Any]:
+    with open(path, encoding="utf-8") as f:
+        return yaml.safe_load(f) or {}
+
+
+def stacks_dir() -> Path:
+    return config_dir() / STACKS_DIR
+
+
+def line_names() -> list[str]:
+    """Every stack line there is a file for, by name."""
+    return sorted(p.stem for p in stacks_dir().glob("*.yaml"))
+
+
+def default_line() -> str:
+    return str(_read(config_dir() / "versions.yaml")["stacks"]["default"])
+
+
+def line_file(name: str) -> Path:
+    path = stacks_dir() / f"{name}.yaml"
+    if not path.is_file():
+        raise KeyError(f"no stack line {name!r} (configs/stacks/ has: {', '.join(line_names())})")
+    return path
+
 
 @cache
-def load(path: str | None = None) -> dict[str, Any]:
-    p = Path(path) if path else config_dir() / "versions.yaml"
-    with open(p, encoding="utf-8") as f:
-        return yaml.safe_load(f)
+def load(path: str | None = None, stack: str | None = None) -> dict[str, Any]:
+    """The pins: ``path`` read as it is (a test's own file), else the shared pins with ``stack``'s (the
+    default line when None). A line that sets a shared section is refused: one place per pin."""
+    if path:
+        return _read(Path(path))
+    shared = _read(config_dir() / "versions.yaml")
+    name = stack or str(shared["stacks"]["default"])
+    line = _read(line_file(name))
+    if line.get("line", {}).get("name") != name:
+        raise ValueError(f"configs/stacks/{name}.yaml names itself {line.get('line', {}).get('name')!r}")
+    both = sorted(set(shared) & set(line))
+    if both:
+        raise ValueError(f"configs/stacks/{name}.yaml sets {', '.join(both)}, which configs/versions.yaml holds")
+    return {**shared, **line}
 
 
 def get(dotted: str, pins: dict[str, Any] | None = None) -> Any:
     node: Any = pins if pins is not None else load()
     for part in dotted.split("."):
         if not isinstance(node, dict) or part not in node:
-            raise KeyError(f"no pin {dotted!r} in configs/versions.yaml")
+            raise KeyError(f"no pin {dotted!r} in configs/versions.yaml nor the stack line's file")
         node = node[part]
     return node
 
@@ -57,12 +97,25 @@ def cpu_constraints(pins: dict[str, Any] | None = None) -> list[str]:
     ]
 
 
+USAGE = "usage: python -m npu_rl.versions get DOTTED.KEY [--stack LINE] | lines"
+
+
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
-    if len(argv) == 2 and argv[0] == "get":
-        print(get(argv[1]))
+    if argv == ["lines"]:
+        print("\n".join(line_names()))
         return 0
-    print("usage: python -m npu_rl.versions get DOTTED.KEY", file=sys.stderr)
+    stack = None
+    if len(argv) == 4 and argv[2] == "--stack":
+        stack, argv = argv[3], argv[:2]
+    if len(argv) == 2 and argv[0] == "get":
+        try:
+            print(get(argv[1], load(stack=stack)))
+        except KeyError as e:
+            print(f"npu-rl: error: {e.args[0]}", file=sys.stderr)
+            return 2
+        return 0
+    print(USAGE, file=sys.stderr)
     return 2
 
 

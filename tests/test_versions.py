@@ -19,13 +19,8 @@ def test_installed_cpu_environment_satisfies_the_pins():
         assert req.specifier.contains(installed, prereleases=True), f"{req.name} {installed} does not match {line}"
 
 
-def test_the_patches_require_the_verl_the_file_pins(monkeypatch):
-    from npu_rl.patches import guard
-
-    assert guard.pinned_verl_version() == metadata.version("verl").split("+")[0]
-    monkeypatch.setattr(versions, "load", lambda path=None: {"verl": {"version": "9.9.9"}})
-    with pytest.raises(guard.PatchVersionError, match=r"written for verl 9\.9\.9"):
-        guard.require_verl("cpu")
+def test_the_default_line_pins_the_installed_verl():
+    assert versions.get("verl.version") == metadata.version("verl").split("+")[0]
 
 
 def test_pins_are_read_from_the_file_given(tmp_path):

@@ -17,10 +17,11 @@ from collections.abc import Callable, Collection, Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
-from .. import run_files
+from .. import run_files, versions
 from ..cluster.probe import port_free
 from ..errors import UserError
 from ..model.fetch import check_model_dir
+from ..patches.guard import unsupported
 from ..platform.doctor import CheckResult, Context, GiB, Host, fail, gib, ok, run_host_checks
 from ..recipe.schema import Recipe
 from .overrides import reward_function_path
@@ -243,11 +244,33 @@ def preflight(
             warn(f"{result.name}: {result.detail}")
 
 
+def check_patches(names: Iterable[str], recipe: Recipe) -> None:
+    """Every patch the launch selects has fingerprints for the verl release of the recipe's stack line:
+    one that does not would refuse verl in every process, minutes into the run."""
+    release = str(versions.get("verl.version", recipe.pins))
+    missing = unsupported(names, release)
+    if missing:
+        raise UserError(
+            f"patches: {', '.join(missing)} not ported to verl {release} (stack line {recipe.stack_line}); "
+            f"fix: run the recipe on a line they support ({', '.join(supported_lines(missing))})"
+        )
+
+
+def supported_lines(names: Iterable[str]) -> list[str]:
+    """The stack lines whose verl release every one of ``names`` supports."""
+    return [
+        line
+        for line in versions.line_names()
+        if not unsupported(names, str(versions.get("verl.version", versions.load(stack=line))))
+    ]
+
+
 def check_launch(spec, recipe: Recipe, ports=(), host: bool = True) -> None:
     """Everything that must hold before Ray starts, checked on the launch that will run.
 
     ``host=False`` (the rehearsal) leaves out this host's platform checks (NPU driver,
     CANN, torch_npu, devices, ports), which only the machine that trains can pass."""
+    check_patches(spec.patches, recipe)
     check_model_dir(run_files.model_dir(recipe))
     check_data(recipe)
     check_reward(recipe)

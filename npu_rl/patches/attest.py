@@ -23,14 +23,14 @@ from pathlib import Path
 from typing import Any
 
 from . import applied, installed, selected
-from .guard import RAY_TRAINER, Patch
+from .guard import RAY_TRAINER, VERL_0_6_1, Patch
 
 PATCH_NAME = "attest"
 ATTEST_ENV = "NPU_RL_ATTEST_FILE"
 # The worker groups init_workers leaves on the trainer (verl 0.6.1); several may share actors.
 WORKER_GROUPS = ("actor_rollout_wg", "ref_policy_wg", "critic_wg", "rm_wg")
 FINGERPRINTS = {f"{RAY_TRAINER}:RayPPOTrainer.init_workers": "cdf7fb40ec91ce88"}
-PATCH = Patch(PATCH_NAME, FINGERPRINTS)
+PATCH = Patch(PATCH_NAME, {VERL_0_6_1: FINGERPRINTS})
 
 
 class PatchNotActive(RuntimeError):

@@ -19,7 +19,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from .guard import RAY_TRAINER, Patch
+from .guard import RAY_TRAINER, VERL_0_6_1, Patch
 
 PATCH_NAME = "checkpoint_rotation"
 FSDP_MANAGER = "verl.utils.checkpoint.fsdp_checkpoint_manager"
@@ -31,7 +31,7 @@ FINGERPRINTS = {
     # Saves through the workers, then data.pt, then the marker; reads the limit from the config.
     f"{RAY_TRAINER}:RayPPOTrainer._save_checkpoint": "98ed0726156386c6",
 }
-PATCH = Patch(PATCH_NAME, FINGERPRINTS)
+PATCH = Patch(PATCH_NAME, {VERL_0_6_1: FINGERPRINTS})
 
 
 def _save_without_rotating(original):

@@ -28,7 +28,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from .guard import FSDP_WORKERS, MEGATRON_WORKERS, RAY_TRAINER, VLLM_ROLLOUT, Patch
+from .guard import FSDP_WORKERS, MEGATRON_WORKERS, RAY_TRAINER, VERL_0_6_1, VLLM_ROLLOUT, Patch
 
 PATCH_NAME = "consistency"
 ENV = "NPU_RL_CONSISTENCY"  # JSON {"every": N, "max_probs_diff_mean": x, "min_probs_corr": y}
@@ -58,7 +58,7 @@ WEIGHTS_DRILL = "rollout_weights"
 # never lands would; the engine samples from what it holds (at step 1, load_format dummy's random weights).
 # vLLM only: the hf rollout samples from the trainer's own module and has no sync to skip.
 SKIPPED_DRILL = "rollout_weights_skipped"
-PATCH = Patch(PATCH_NAME, FINGERPRINTS)
+PATCH = Patch(PATCH_NAME, {VERL_0_6_1: FINGERPRINTS})
 
 
 class ConsistencyError(RuntimeError):

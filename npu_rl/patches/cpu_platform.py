@@ -27,7 +27,7 @@ import functools
 import os
 from typing import Any
 
-from .guard import FSDP_WORKERS, RAY_BASE, RAY_TRAINER, VLLM_ROLLOUT, Patch
+from .guard import FSDP_WORKERS, RAY_BASE, RAY_TRAINER, VERL_0_6_1, VLLM_ROLLOUT, Patch
 
 PATCH_NAME = "cpu"
 
@@ -54,7 +54,7 @@ FINGERPRINTS = {
     f"{VLLM_ROLLOUT}:vLLMRollout.release": "3088a3a465f49748",
 }
 
-PATCH = Patch(PATCH_NAME, FINGERPRINTS)
+PATCH = Patch(PATCH_NAME, {VERL_0_6_1: FINGERPRINTS})
 
 
 @PATCH.applies_to("torch")

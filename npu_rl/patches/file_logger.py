@@ -7,14 +7,14 @@ read while it trains) had nothing on disk.
 
 from __future__ import annotations
 
-from .guard import TRACKING, Patch
+from .guard import TRACKING, VERL_0_6_1, Patch
 
 PATCH_NAME = "file_logger"
 
 FINGERPRINTS = {
     f"{TRACKING}:FileLogger.log": "56dd5887a7ea7675",
 }
-PATCH = Patch(PATCH_NAME, FINGERPRINTS)
+PATCH = Patch(PATCH_NAME, {VERL_0_6_1: FINGERPRINTS})
 
 
 def to_json_scalar(value):

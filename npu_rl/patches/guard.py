@@ -1,8 +1,9 @@
 """Version and signature guards shared by every verl patch.
 
-Each patch names the verl version it was written for and the functions it
-replaces (:class:`Patch`); applying it to anything else fails loudly instead of
-half-working.
+Each patch names the verl releases it supports and, for each, the source fingerprints of the verl
+functions it replaces or relies on there (:class:`Patch`); applying it to any other verl fails loudly
+instead of half-working. A stack line (configs/stacks/) pins one verl release: a patch runs on a line
+once it has that release's fingerprints (:func:`unsupported`, which the launcher's preflight asks).
 """
 
 from __future__ import annotations
@@ -11,7 +12,9 @@ import ast
 import functools
 import hashlib
 import importlib.util
-from collections.abc import Callable
+import sys
+from collections.abc import Callable, Iterable
+from importlib import metadata
 from pathlib import Path
 from typing import Any
 
@@ -32,24 +35,31 @@ class PatchVersionError(RuntimeError):
 
 
 def installed_verl_version() -> str:
-    import verl  # lazy: verl
-
-    return getattr(verl, "__version__", "unknown")
-
-
-def pinned_verl_version() -> str:
-    from .. import versions  # lazy: yaml and the pins file, once verl is imported
-
-    return str(versions.get("verl.version"))
+    # verl's modules are patched while `import verl` runs, before its __version__ is set: then the
+    # distribution's metadata says which release it is.
+    verl = sys.modules.get("verl")
+    return getattr(verl, "__version__", None) or _distribution_version()
 
 
-def require_verl(patch_name: str, written_for: str | None = None) -> None:
-    want = written_for or pinned_verl_version()
+@functools.cache
+def _distribution_version() -> str:
+    try:
+        return metadata.version("verl")
+    except metadata.PackageNotFoundError:
+        return "unknown"
+
+
+# The verl releases the patches know, by the stack line that pins each (configs/stacks/).
+VERL_0_6_1 = "0.6.1"
+
+
+def require_verl(patch_name: str, supported: Iterable[str]) -> None:
     have = installed_verl_version()
-    if have != want:
+    supported = sorted(supported)
+    if have not in supported:
         raise PatchVersionError(
-            f"npu_rl patch {patch_name!r} was written for verl {want} but verl {have} is installed; "
-            f"install verl=={want} (configs/versions.yaml) or port the patch"
+            f"npu_rl patch {patch_name!r} supports verl {', '.join(supported)} but verl {have} is installed; "
+            "run the recipe's stack line (its image or environment) or port the patch"
         )
 
 
@@ -153,8 +163,8 @@ def _module_path(module: Any) -> Path | None:
 
 
 class Patch:
-    """One verl patch: the verl version it was written for, the source fingerprints of the verl code it
-    replaces or relies on, and the functions that apply it to verl modules.
+    """One verl patch: for each verl release it supports, the source fingerprints of the verl code it
+    replaces or relies on there (``supports``), and the functions that apply it to verl modules.
 
     A function registered with :meth:`applies_to` checks the fingerprints of its module (from the
     imported module's file) and of ``also`` (located without importing) before it changes anything,
@@ -164,19 +174,26 @@ class Patch:
     other module they name when that module is imported, and the verl version when verl is.
     """
 
-    def __init__(self, name: str, fingerprints: dict[str, str], written_for: str | None = None):
+    def __init__(self, name: str, supports: dict[str, dict[str, str]]):
         self.name = name
-        self.fingerprints = fingerprints
-        self.written_for = written_for
+        self.supports = supports
         self.hooks: dict[str, list[Callable[[Any], None]]] = {}
         self._covered: set[str] = set()
 
+    @property
+    def fingerprints(self) -> dict[str, str]:
+        """The fingerprints of the installed verl's release (refused when the patch does not support it)."""
+        self.require_version()
+        return self.supports[installed_verl_version()]
+
     def check(self, module_name: str, path: Path | None = None) -> None:
         """Refuse a verl module whose fingerprinted functions changed (``path``: its file, else found on sys.path)."""
+        if not any(t.startswith(module_name + ":") for fps in self.supports.values() for t in fps):
+            return  # nothing of it fingerprinted (torch's hooks): no need to import verl to ask its release
         require_module_unchanged(self.name, self.fingerprints, module_name, path)
 
     def require_version(self, _verl: Any = None) -> None:
-        require_verl(self.name, self.written_for)
+        require_verl(self.name, self.supports)
 
     def applies_to(self, module_name: str, also: tuple[str, ...] = ()):
         """Decorator: ``fn(module)`` patches ``module_name``; the returned ``fn(module, check=True)`` first
@@ -235,7 +252,8 @@ class Patch:
         return tuple(self.wrap(module, qualname, name=name)(make) for name, (module, qualname) in targets.items())
 
     def fingerprinted_modules(self) -> list[str]:
-        return sorted({target.partition(":")[0] for target in self.fingerprints})
+        # Every supported release's: a module is hooked before verl is imported, let alone known.
+        return sorted({target.partition(":")[0] for fps in self.supports.values() for target in fps})
 
     def install(self) -> None:
         when_imported("verl", self.require_version)
@@ -248,3 +266,10 @@ class Patch:
 
     def _check_imported(self, module_name: str, module: Any) -> None:
         self.check(module_name, _module_path(module))
+
+
+def unsupported(names: Iterable[str], verl_version: str) -> list[str]:
+    """The patches of ``names`` that have no fingerprints for ``verl_version`` (not ported to that release)."""
+    from . import PATCHES  # lazy: the registry imports this module
+
+    return [n for n in names if verl_version not in importlib.import_module(PATCHES[n]).PATCH.supports]

@@ -23,7 +23,7 @@ import functools
 from typing import Any
 
 from .consistency import ENV, REAL_PASS
-from .guard import FSDP_WORKERS, MEGATRON_WORKERS, RAY_TRAINER, Patch
+from .guard import FSDP_WORKERS, MEGATRON_WORKERS, RAY_TRAINER, VERL_0_6_1, Patch
 
 PATCH_NAME = "old_log_prob"
 KEY = "recompute_old_log_prob"
@@ -61,7 +61,7 @@ class OldLogProbConfigError(ValueError):
     """A configuration where skipping the old_log_prob pass would not be exact."""
 
 
-PATCH = Patch(PATCH_NAME, FINGERPRINTS)
+PATCH = Patch(PATCH_NAME, {VERL_0_6_1: FINGERPRINTS})
 
 
 # --- configuration -------------------------------------------------------------------------------

@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from . import installed, selected
-from .guard import RAY_BASE, RAY_TRAINER, Patch
+from .guard import RAY_BASE, RAY_TRAINER, VERL_0_6_1, Patch
 
 PATCH_NAME = "rehearse"
 REPORT_ENV = "NPU_RL_REHEARSE_REPORT"
@@ -43,7 +43,7 @@ FINGERPRINTS = {
     "verl.trainer.main_ppo:TaskRunner.run": "01fba572c691f5cf",
 }
 
-PATCH = Patch(PATCH_NAME, FINGERPRINTS)
+PATCH = Patch(PATCH_NAME, {VERL_0_6_1: FINGERPRINTS})
 
 _seen: dict[str, Any] = {}
 

@@ -16,7 +16,7 @@ import contextvars
 from typing import Any
 
 from ..reshard.layout import InferLayout, TrainLayout
-from .guard import MEGATRON_WORKERS, VLLM_ROLLOUT, Patch, PatchVersionError
+from .guard import MEGATRON_WORKERS, VERL_0_6_1, VLLM_ROLLOUT, Patch, PatchVersionError
 from .vllm_dp import expert_parallel_size
 
 PATCH_NAME = "reshard"
@@ -30,7 +30,7 @@ FINGERPRINTS = {
     f"{VLLM_ROLLOUT}:vLLMRollout.update_weights": "b185a260121c953b",
     f"{VLLM_ROLLOUT}:vLLMAsyncRollout.update_weights": "c2c5f5f23d8853ce",
 }
-PATCH = Patch(PATCH_NAME, FINGERPRINTS)
+PATCH = Patch(PATCH_NAME, {VERL_0_6_1: FINGERPRINTS})
 
 _worker: contextvars.ContextVar[Any] = contextvars.ContextVar("npu_rl_reshard_worker", default=None)
 

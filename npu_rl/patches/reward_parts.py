@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from .guard import METRIC_UTILS, RAY_TRAINER, Patch
+from .guard import METRIC_UTILS, RAY_TRAINER, VERL_0_6_1, Patch
 
 PATCH_NAME = "reward_parts"
 PREFIX = "reward/"
@@ -28,7 +28,7 @@ FINGERPRINTS = {
     f"{RAY_TRAINER}:RayPPOTrainer.fit": "3661c861fcee4890",
     f"{METRIC_UTILS}:compute_data_metrics": "683347d0d391b74b",
 }
-PATCH = Patch(PATCH_NAME, FINGERPRINTS)
+PATCH = Patch(PATCH_NAME, {VERL_0_6_1: FINGERPRINTS})
 
 
 def part_means(non_tensor_batch) -> dict[str, float]:

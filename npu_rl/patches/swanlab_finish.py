@@ -20,7 +20,7 @@ import sys
 import weakref
 from typing import Any
 
-from .guard import RAY_TRAINER, TRACKING, Patch
+from .guard import RAY_TRAINER, TRACKING, VERL_0_6_1, Patch
 
 PATCH_NAME = "swanlab_finish"
 FINGERPRINTS = {
@@ -31,7 +31,7 @@ FINGERPRINTS = {
     # Makes its tracker as a local and never closes it.
     f"{RAY_TRAINER}:RayPPOTrainer.fit": "3661c861fcee4890",
 }
-PATCH = Patch(PATCH_NAME, FINGERPRINTS)
+PATCH = Patch(PATCH_NAME, {VERL_0_6_1: FINGERPRINTS})
 
 # Trackers made and not closed yet; weak, so that this patch keeps none alive.
 _open: weakref.WeakSet = weakref.WeakSet()

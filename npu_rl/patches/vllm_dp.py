@@ -20,7 +20,7 @@ import os
 from dataclasses import dataclass
 from typing import Any
 
-from .guard import MEGATRON_WORKERS, VLLM_ROLLOUT, Patch, PatchVersionError
+from .guard import MEGATRON_WORKERS, VERL_0_6_1, VLLM_ROLLOUT, Patch, PatchVersionError
 
 PATCH_NAME = "vllm_dp"
 
@@ -38,7 +38,7 @@ FINGERPRINTS = {
     f"{MEGATRON_WORKERS}:ActorRolloutRefWorker._build_rollout": "4871a4201f173df2",
 }
 # The megatron worker's fingerprint is checked when that module is imported (guard.Patch.install).
-PATCH = Patch(PATCH_NAME, FINGERPRINTS)
+PATCH = Patch(PATCH_NAME, {VERL_0_6_1: FINGERPRINTS})
 
 
 # --- layout --------------------------------------------------------------------------------------

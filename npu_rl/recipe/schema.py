@@ -11,6 +11,8 @@ from typing import Any, Literal, get_args
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
+from .. import versions
+
 Platform = Literal["npu-a2", "npu-a3", "cpu"]
 Logger = Literal["console", "tensorboard", "swanlab", "file", "wandb"]
 
@@ -622,6 +624,12 @@ class Recipe(Strict):
 
     name: str = Field(description="Recipe name (the file's stem by convention); names k8s jobs; npu-rl only")
     description: str = Field("", description="One line on what the recipe trains; npu-rl only")
+    stack: str | None = Field(
+        None,
+        description="The stack line the recipe runs on, configs/stacks/<stack>.yaml (CANN, torch_npu, vLLM, "
+        "verl, ...); its image or environment runs it and no other. None: configs/versions.yaml's "
+        "stacks.default; npu-rl only",
+    )
     model: ModelSpec = Field(description="The policy model")
     data: DataSpec = Field(description="Training and validation prompts")
     algorithm: AlgorithmSpec = Field(description="GRPO algorithm, batch sizes and optimizer")
@@ -650,6 +658,30 @@ class Recipe(Strict):
         default_factory=list,
         description="Fields whose values the source articles do not give (documented guesses); npu-rl only",
     )
+
+    @model_validator(mode="after")
+    def _known_stack(self) -> Recipe:
+        if self.stack is not None and self.stack not in versions.line_names():
+            raise ValueError(
+                f"stack {self.stack!r} is no stack line (configs/stacks/ has: {', '.join(versions.line_names())})"
+            )
+        rollouts = versions.get("verl.rollouts", self.pins)
+        if self.rollout.name not in rollouts:
+            raise ValueError(
+                f"rollout.name {self.rollout.name} is no rollout of stack line {self.stack_line} "
+                f"(verl {versions.get('verl.version', self.pins)} samples with {', '.join(rollouts)})"
+            )
+        return self
+
+    @property
+    def stack_line(self) -> str:
+        """The stack line's name: ``stack``, or the default line."""
+        return self.stack or versions.default_line()
+
+    @property
+    def pins(self) -> dict[str, Any]:
+        """The versions of the recipe's stack line (npu_rl.versions.load)."""
+        return versions.load(stack=self.stack_line)
 
     @model_validator(mode="after")
     def _no_secrets(self) -> Recipe:

@@ -175,7 +175,8 @@ def test_the_vllm_rollout_on_cpu_needs_vllms_cpu_build(fake_host, ready_workspac
 
 def test_verl_version_against_the_pin(fake_host, ready_workspace, fake_dist):
     fake_dist("verl", "0.5.0")
-    with pytest.raises(UserError, match=r"^verl: 0.5.0, pin is 0.6.1; fix: pip install verl==0.6.1"):
+    said = r"^verl: 0.5.0 is installed \(no stack line's\), but recipe tiny_math_cpu runs on stack line "
+    with pytest.raises(UserError, match=said + r"cann8.2-verl0.6 \(verl 0.6.1\); fix: run it in the cann8.2-verl0.6 "):
         preflight(load_recipe("tiny_math_cpu"), for_job="train", host=fake_host().host())
 
 

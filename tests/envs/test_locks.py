@@ -43,7 +43,7 @@ def test_check_names_the_locks_a_moved_pin_makes_stale(tmp_path):
     home = tmp_path / "home"
     shutil.copytree(REPO / "configs", home / "configs")
     shutil.copy(REPO / "pyproject.toml", home / "pyproject.toml")
-    pins = home / "configs" / "versions.yaml"
+    pins = home / "configs" / "stacks" / "cann8.2-verl0.6.yaml"  # the default line's
     pins.write_text(pins.read_text().replace('pyarrow: "23.0.1"', 'pyarrow: "22.0.0"'))
     out = subprocess.run(
         [sys.executable, "-m", "npu_rl.envs.locks", "check"],

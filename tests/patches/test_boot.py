@@ -70,8 +70,7 @@ def test_a_patch_function_refuses_a_changed_module_before_touching_it(tmp_path):
 def test_a_fingerprinted_module_no_function_patches_is_checked_when_imported(tmp_path, monkeypatch):
     (tmp_path / "npu_rl_guard_probe.py").write_text("def relied_on():\n    return 1\n")
     monkeypatch.syspath_prepend(str(tmp_path))
-    patch = guard.Patch("probe", {"npu_rl_guard_probe:relied_on": "0000000000000000"})
-    monkeypatch.setattr(patch, "require_version", lambda *a: None)  # no verl import here
+    patch = guard.Patch("probe", {guard.installed_verl_version(): {"npu_rl_guard_probe:relied_on": "0" * 16}})
     patch.install()
     with pytest.raises(guard.PatchVersionError, match="relied_on changed"):
         import npu_rl_guard_probe  # noqa: F401

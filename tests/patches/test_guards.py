@@ -1,4 +1,4 @@
-"""Each verl patch is pinned to the verl version and source it was written for."""
+"""Each verl patch names the verl releases it supports and, for each, the source it relies on there."""
 
 from __future__ import annotations
 
@@ -38,10 +38,22 @@ def test_fingerprint_detects_a_change(tmp_path):
 def test_version_guard_names_both_versions(monkeypatch):
     import verl
 
-    guard.require_verl("cpu")  # the installed verl is the pinned one
+    from npu_rl.patches import cpu_platform
+
+    cpu_platform.PATCH.require_version()  # the installed verl is one the patch supports
     monkeypatch.setattr(verl, "__version__", "0.7.0")
-    with pytest.raises(guard.PatchVersionError, match=r"written for verl 0\.6\.1 but verl 0\.7\.0"):
-        guard.require_verl("cpu")
+    with pytest.raises(guard.PatchVersionError, match=r"'cpu' supports verl 0\.6\.1 but verl 0\.7\.0"):
+        cpu_platform.PATCH.require_version()
+    with pytest.raises(guard.PatchVersionError, match=r"supports verl 0\.6\.1 but verl 0\.7\.0"):
+        assert cpu_platform.PATCH.fingerprints  # the fingerprints of a release the patch does not know
+
+
+def test_every_patch_supports_the_default_lines_verl():
+    from npu_rl import versions
+
+    pin = str(versions.get("verl.version"))
+    assert guard.unsupported(patches.PATCHES, pin) == []
+    assert guard.unsupported(["cpu", "attest"], "9.9.9") == ["cpu", "attest"]
 
 
 def test_unknown_patch_name_is_refused():

