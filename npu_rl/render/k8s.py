@@ -287,6 +287,8 @@ COMMITTED: list[tuple[str, str, int | None]] = [
     ("qwen2_5_1_5b_math_a2_4card", "kuberay", None),
     ("deepseek_r1_671b_a3", "volcano", None),
     ("deepseek_r1_671b_a3", "kuberay", None),
+    ("qwen3_32b_grpo_a3", "volcano", None),
+    ("qwen3_32b_grpo_a3", "kuberay", None),
 ]
 
 
