@@ -289,6 +289,8 @@ COMMITTED: list[tuple[str, str, int | None]] = [
     ("deepseek_r1_671b_a3", "kuberay", None),
     ("qwen3_32b_grpo_a3", "volcano", None),
     ("qwen3_32b_grpo_a3", "kuberay", None),
+    ("qwen3_235b_a22b_grpo_a3", "volcano", None),
+    ("qwen3_235b_a22b_grpo_a3", "kuberay", None),
 ]
 
 

@@ -14,7 +14,7 @@ from npu_rl.launcher.spec import RUNTIME_ENV_PREFIX
 from npu_rl.recipe.loader import load_recipe
 
 DOC = Path(__file__).resolve().parents[2] / "docs" / "recipe-fidelity.md"
-RECIPES = ["deepseek_r1_671b_a3", "qwen2_5_1_5b_math_a2_4card", "qwen3_32b_grpo_a3"]
+RECIPES = ["deepseek_r1_671b_a3", "qwen2_5_1_5b_math_a2_4card", "qwen3_32b_grpo_a3", "qwen3_235b_a22b_grpo_a3"]
 
 
 def table(recipe: str) -> list[dict[str, str]]:
