@@ -35,8 +35,13 @@ def line_names() -> list[str]:
     return sorted(p.stem for p in stacks_dir().glob("*.yaml"))
 
 
+@cache
+def _shared() -> dict[str, Any]:
+    return _read(config_dir() / "versions.yaml")
+
+
 def default_line() -> str:
-    return str(_read(config_dir() / "versions.yaml")["stacks"]["default"])
+    return str(_shared()["stacks"]["default"])
 
 
 def line_file(name: str) -> Path:
@@ -52,8 +57,8 @@ def load(path: str | None = None, stack: str | None = None) -> dict[str, Any]:
     default line when None). A line that sets a shared section is refused: one place per pin."""
     if path:
         return _read(Path(path))
-    shared = _read(config_dir() / "versions.yaml")
-    name = stack or str(shared["stacks"]["default"])
+    shared = _shared()
+    name = stack or default_line()
     line = _read(line_file(name))
     if line.get("line", {}).get("name") != name:
         raise ValueError(f"configs/stacks/{name}.yaml names itself {line.get('line', {}).get('name')!r}")
@@ -61,6 +66,11 @@ def load(path: str | None = None, stack: str | None = None) -> dict[str, Any]:
     if both:
         raise ValueError(f"configs/stacks/{name}.yaml sets {', '.join(both)}, which configs/versions.yaml holds")
     return {**shared, **line}
+
+
+def line_verl(line: str) -> str:
+    """The verl release a stack line pins."""
+    return str(get("verl.version", load(stack=line)))
 
 
 def get(dotted: str, pins: dict[str, Any] | None = None) -> Any:

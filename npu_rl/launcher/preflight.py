@@ -247,7 +247,7 @@ def preflight(
 def check_patches(names: Iterable[str], recipe: Recipe) -> None:
     """Every patch the launch selects has fingerprints for the verl release of the recipe's stack line:
     one that does not would refuse verl in every process, minutes into the run."""
-    release = str(versions.get("verl.version", recipe.pins))
+    release = versions.line_verl(recipe.stack_line)
     missing = unsupported(names, release)
     if missing:
         raise UserError(
@@ -258,11 +258,7 @@ def check_patches(names: Iterable[str], recipe: Recipe) -> None:
 
 def supported_lines(names: Iterable[str]) -> list[str]:
     """The stack lines whose verl release every one of ``names`` supports."""
-    return [
-        line
-        for line in versions.line_names()
-        if not unsupported(names, str(versions.get("verl.version", versions.load(stack=line))))
-    ]
+    return [line for line in versions.line_names() if not unsupported(names, versions.line_verl(line))]
 
 
 def check_launch(spec, recipe: Recipe, ports=(), host: bool = True) -> None:

@@ -112,16 +112,14 @@ STAND_IN_FIX = (
 
 def line_of_verl(version: str) -> str | None:
     """The stack line that pins this verl release, if one does."""
-    return next(
-        (n for n in versions.line_names() if str(versions.get("verl.version", versions.load(stack=n))) == version), None
-    )
+    return next((n for n in versions.line_names() if versions.line_verl(n) == version), None)
 
 
 def check_verl(ctx: Context) -> CheckResult:
     """The recipe's stack line pins one verl release: an environment (an image, a venv) of another line
     has another, and every patch of npu-rl is fingerprinted per release."""
     line = ctx.recipe.stack_line
-    pin = str(versions.get("verl.version", ctx.pins))
+    pin = versions.line_verl(line)
     try:
         have = metadata.version("verl")
     except metadata.PackageNotFoundError:

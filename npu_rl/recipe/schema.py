@@ -669,7 +669,7 @@ class Recipe(Strict):
         if self.rollout.name not in rollouts:
             raise ValueError(
                 f"rollout.name {self.rollout.name} is no rollout of stack line {self.stack_line} "
-                f"(verl {versions.get('verl.version', self.pins)} samples with {', '.join(rollouts)})"
+                f"(verl {versions.line_verl(self.stack_line)} samples with {', '.join(rollouts)})"
             )
         return self
 
