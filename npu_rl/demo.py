@@ -26,6 +26,25 @@ RECIPE = "tiny_math_cpu"
 # weights: 2 heads of 32 and 1 key/value head in place of 4 of 16 and 2.
 VLLM_SETS = {"rollout.name": "vllm", "model.path": "models/tiny-qwen2-vllm"}
 VLLM_MODEL_ARGS = ["--heads", "2", "--kv-heads", "1"]
+# Before its first step verl 0.9 starts a vLLM server per worker: the first step came at 140 s here, against
+# the recipe's 180 s allowance for Ray, model load and the first rollout.
+LINE_FIRST_STEP_S = 420
+
+
+def line_sets(stack: str | None) -> dict[str, object]:
+    """What the demo's recipe needs on another stack line than the default: its name, vLLM where the
+    line's verl has no in-process rollout, and the old_log_prob pass where the skip is not ported."""
+    from . import versions  # lazy: the demo's own imports stay light
+    from .patches.guard import unsupported
+
+    if stack is None or stack == versions.default_line():
+        return {}
+    sets: dict[str, object] = {"stack": stack, "watchdog.first_step_s": LINE_FIRST_STEP_S}
+    if "hf" not in versions.get("verl.rollouts", versions.load(stack=stack)):
+        sets.update(VLLM_SETS)
+    if unsupported(["old_log_prob"], versions.line_verl(stack)):
+        sets["optimizations.recompute_old_log_prob"] = True
+    return sets
 
 
 def _step(title: str) -> None:
@@ -48,8 +67,12 @@ def run(
     fresh: bool,
     warm_start_steps: int = DEMO_WARM_START_STEPS,
     rollout: str = "hf",
+    stack: str | None = None,
 ) -> int:
-    if rollout == "vllm":
+    extra = line_sets(stack)
+    if extra.get("rollout.name") == "vllm":
+        rollout = "vllm"
+    if rollout == "vllm" and not extra:
         from .platform.doctor import CPU_VLLM_FIX, cpu_vllm_missing  # lazy: the check
 
         missing = cpu_vllm_missing()
@@ -59,7 +82,7 @@ def run(
     workdir = workdir.resolve()
     workdir.mkdir(parents=True, exist_ok=True)
     os.environ["NPU_RL_WORKSPACE"] = str(workdir)
-    sets = {"algorithm.total_training_steps": steps, **(VLLM_SETS if rollout == "vllm" else {})}
+    sets = {"algorithm.total_training_steps": steps, **(VLLM_SETS if rollout == "vllm" else {}), **extra}
     set_args = [a for k, v in sets.items() for a in ("--set", f"{k}={v}")]
     recipe = load_recipe(RECIPE, sets)
     if fresh:
@@ -185,6 +208,11 @@ def main(argv: list[str] | None = None) -> int:
         default=os.environ.get("DEMO_ROLLOUT", "hf"),
         help="the rollout engine: hf, or vllm (vLLM's CPU backend: the cpu-vllm image, `make image-cpu-vllm`)",
     )
+    p.add_argument(
+        "--stack",
+        default=os.environ.get("STACK") or None,
+        help="the stack line (configs/stacks/) to run on; run this from that line's environment (.venv-<line>)",
+    )
     args = p.parse_args(argv)
     return run(
         args.workdir,
@@ -193,6 +221,7 @@ def main(argv: list[str] | None = None) -> int:
         fresh=not args.resume,
         warm_start_steps=args.warm_start_steps,
         rollout=args.rollout,
+        stack=args.stack,
     )
 
 

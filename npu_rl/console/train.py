@@ -226,7 +226,9 @@ class TrainConsole:
             when = "before training" if step == self.state.start_step else f"at step {step}"
             self.event(f"validation {when}: held-out {held[0]} {held[1]:.4f}")
         gap = metrics.get(GATE_METRIC)
-        if lines.finite(gap):
+        # verl logs the gap whenever the rollout returns log-probs (every step on verl 0.9): a gate line only
+        # where the consistency gate checks it.
+        if lines.finite(gap) and (self.gate_max is not None or self.gate_min_corr is not None):
             limit = f" <= {self.gate_max:g}" if self.gate_max is not None else ""
             corr = metrics.get(GATE_CORR_METRIC)
             if lines.finite(corr):

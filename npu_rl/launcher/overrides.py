@@ -7,9 +7,11 @@ import json
 from pathlib import Path
 from typing import Any
 
-from .. import run_files
+from .. import run_files, versions
 from ..errors import UserError
 from ..patches.consistency import ENV as CONSISTENCY_ENV
+from ..patches.cpu_plugin import PLATFORM as VERL_CPU_PLATFORM
+from ..patches.guard import VERL_0_6_1
 from ..patches.old_log_prob import hydra_overrides as old_log_prob_overrides
 from ..recipe.schema import Recipe
 from .hydra import hydra_value
@@ -130,6 +132,7 @@ def build_overrides(recipe: Recipe, resume_from: Path | None = None, restart: bo
                 for role in ("actor.fsdp_config", "ref.fsdp_config", "rollout")
             ]
 
+    kv = _rollout_server_on_cpu(recipe, kv)
     out = [f"{k}={hydra_value(v)}" for k, v in kv]
     # Keys absent from verl's schema need hydra's "+" (append) prefix.
     w = recipe.reward.weights
@@ -148,8 +151,55 @@ def build_overrides(recipe: Recipe, resume_from: Path | None = None, restart: bo
         out += megatron_overrides(recipe)
     out += rollout_engine_overrides(recipe)
     out += _platform_overrides(recipe)
+    out = [_for_release(o, verl_release(recipe)) for o in out]
     out += [f"{k}={hydra_value(v)}" for k, v in recipe.verl_overrides.items()]
     return out
+
+
+def _rollout_server_on_cpu(recipe: Recipe, kv: list[tuple[str, Any]]) -> list[tuple[str, Any]]:
+    """vLLM's CPU backend as verl 0.9's rollout server: what the 0.6.1 line's ``cpu`` patch changed inside
+    verl's in-process rollout (npu_rl.patches.cpu_platform ``_vllm_on_cpu``), said here in verl's own keys."""
+    if recipe.resources.platform != "cpu" or verl_release(recipe) == VERL_0_6_1:
+        return kv
+    on_cpu = {
+        # vLLM offers sleep mode on CUDA only; verl sleeps and wakes the server only with free_cache_engine
+        # (verl v0.9.0 workers/rollout/vllm_rollout/vllm_async_server.py:792, :817): the weights and KV cache
+        # stay in host memory between rollouts.
+        "actor_rollout_ref.rollout.free_cache_engine": False,
+        # No graphs to capture on a CPU (cudagraph capture is verl's default, vllm_async_server.py:273).
+        "actor_rollout_ref.rollout.enforce_eager": True,
+        # The engine samples in bfloat16, as on NPU (verl's default, config/rollout/rollout.yaml:43); training
+        # keeps model.dtype.
+        "actor_rollout_ref.rollout.dtype": "bfloat16",
+    }
+    return [(k, on_cpu.get(k, v)) for k, v in kv] + [(k, v) for k, v in on_cpu.items() if k not in dict(kv)]
+
+
+def verl_release(recipe: Recipe) -> str:
+    """The verl release of the recipe's stack line, which decides its keys and its patches' code."""
+    return versions.line_verl(recipe.stack_line)
+
+
+# Keys verl moved after 0.6.1, by the first release that reads only the new place. verl 0.9.0 reads the
+# reward from reward.* (trainer/ppo/reward.py:70, `config.reward.get("custom_reward_function")`;
+# config/reward/reward.yaml), and its main_ppo no longer moves the top-level keys there: only the fully async
+# entry point calls migrate_legacy_reward_impl (experimental/reward_loop/reward_loop.py:39-87,
+# experimental/fully_async_policy/fully_async_main.py:237), so the old keys compose and are ignored.
+MOVED_KEYS = {
+    "custom_reward_function": "reward.custom_reward_function",
+    "reward_model.reward_manager": "reward.reward_manager.name",
+}
+
+
+def _for_release(override: str, release: str) -> str:
+    if release == VERL_0_6_1:
+        return override
+    prefix = "+" if override.startswith("+") else ""
+    key, eq, value = override.lstrip("+").partition("=")
+    for old, new in MOVED_KEYS.items():
+        if key == old or key.startswith(old + "."):
+            return f"{prefix}{new}{key[len(old) :]}{eq}{value}"
+    return override
 
 
 ENGINE_KWARGS = "actor_rollout_ref.rollout.engine_kwargs.vllm"
@@ -197,11 +247,23 @@ def rollout_engine_overrides(recipe: Recipe) -> list[str]:
 def _platform_overrides(recipe: Recipe) -> list[str]:
     if recipe.resources.platform != "cpu":
         return []
-    return [
+    out = [
         # torch.compile of the log-prob kernels costs minutes on 2 CPU cores and gains nothing there.
         "actor_rollout_ref.actor.use_torch_compile=False",
         "actor_rollout_ref.ref.use_torch_compile=False",
     ]
+    if verl_release(recipe) != VERL_0_6_1:
+        out += [
+            # verl 0.9 runs 8 agent-loop and 8 reward-loop workers by default (config/rollout/rollout.yaml:242,
+            # config/reward/reward.yaml:5), each a Ray actor with its own Python: one each on a CPU host.
+            "actor_rollout_ref.rollout.agent.num_workers=1",
+            "reward.num_workers=1",
+            # TransferQueue's storage units are actors too (config/transfer_queue/*: 8 by default).
+            "transfer_queue.backend.SimpleStorage.num_data_storage_units=2",
+            # A dataclass field of the rollout config, absent from its yaml (workers/config/rollout.py:268).
+            "+actor_rollout_ref.rollout.enable_sleep_mode=False",
+        ]
+    return out
 
 
 def patches_for(recipe: Recipe) -> list[str]:
@@ -213,7 +275,9 @@ def patches_for(recipe: Recipe) -> list[str]:
         names.append("cpu")
     if "file" in recipe.logging.backends:
         names.append("file_logger")
-    if "swanlab" in recipe.logging.backends:
+    if "swanlab" in recipe.logging.backends and verl_release(recipe) == VERL_0_6_1:
+        # Retired from verl 0.9 on: TaskRunnerV1.run finishes the tracker in its finally block (verl v0.9.0
+        # trainer/main_ppo.py:158-162, utils/tracking.py:195-217 Tracking.finish).
         names.append("swanlab_finish")
     if not recipe.optimizations.recompute_old_log_prob:
         names.append("old_log_prob")
@@ -244,6 +308,10 @@ def run_env(recipe: Recipe, start_step: int | None) -> dict[str, str]:
         # none of (verl 0.6.1 Worker._setup_env_cuda_visible_devices, verl.utils.ray_utils). Empty is unset
         # for both verl and Ray.
         env["RAY_EXPERIMENTAL_NOSET_ASCEND_RT_VISIBLE_DEVICES"] = ""
+        if verl_release(recipe) != VERL_0_6_1:
+            # verl 0.9 takes its platform from here, else detects one and falls back to nvidia (verl v0.9.0
+            # plugin/platform/platform_manager.py:92-117); the cpu patch registers this one.
+            env["VERL_PLATFORM"] = VERL_CPU_PLATFORM
     if recipe.consistency_gated:
         c = recipe.consistency
         env[CONSISTENCY_ENV] = json.dumps(

@@ -30,8 +30,10 @@ from ..console.train import TrainConsole, choose_mode
 from ..errors import UserError
 from ..exit_codes import Exit
 from ..patches.consistency import verdict_error
+from ..patches.guard import VERL_0_6_1
 from ..platform import devices
 from ..recipe.schema import Recipe
+from .overrides import verl_release
 from .preflight import check_launch
 from .ray_local import LocalRayHead
 from .spec import LaunchSpec, build_launch
@@ -144,10 +146,9 @@ def _attempt(
         device_env: dict[str, str] = {}
         if res.platform != "cpu":
             npus, device_env = _select_npus(res.devices_per_node)
-        # Ray's CPU count is logical: verl needs one slot per worker plus its TaskRunner.
         head = LocalRayHead(
             port=ray_port,
-            num_cpus=max(res.world_size + 2, os.cpu_count() or 1),
+            num_cpus=max(logical_cpus(recipe), os.cpu_count() or 1),
             npus=npus,
             env={**spec.env, **device_env},
             log=lambda line: _keep(log, f"npu-rl: {line}\n"),
@@ -165,6 +166,15 @@ def _attempt(
         kept = run_files.latest_step(recipe)
         error += f"; checkpoints up to step {kept} are kept, re-run to resume" if kept else "; no checkpoint was saved"
     return code, error
+
+
+def logical_cpus(recipe: Recipe) -> int:
+    """Ray's CPU count for a local run (logical: Ray schedules by it, the kernel does not). verl 0.6.1 needs
+    one per worker plus its TaskRunner. verl 0.9's workers each take a bundle of 3 (ResourcePoolManager's
+    max_colocate_count, single_controller/ray/base.py:146, :192), and its agent-loop, reward-loop, rollout
+    server and TransferQueue actors one each."""
+    world = recipe.resources.world_size
+    return world + 2 if verl_release(recipe) == VERL_0_6_1 else 3 * world + 10
 
 
 def _keep(log: TextIO, text: str) -> None:

@@ -11,6 +11,12 @@ writes the answers to ``NPU_RL_ATTEST_FILE`` (JSON) and stops the run, before
 changed nothing in the trainer or any worker. The launcher
 prints that file's verdict as one ``npu-rl: error:`` line.
 
+On verl 0.9 the trainer has no ``init_workers``: the hook follows ``PPOTrainer.init`` (verl v0.9.0
+trainer/ppo/v1/trainer_base.py:217-227), which has made the worker groups, the reward-loop workers
+(:332, ``get_reward_handles`` :383) and the rollout servers (``llm_server_manager``, :351; each replica's
+``servers``, workers/rollout/replica.py:127): all of them are asked. The agent-loop workers come later
+(main_ppo.py:152), and a vLLM server's engine runs in a process of its own that Ray does not know.
+
 Importing this module does not import verl, torch or ray.
 """
 
@@ -23,24 +29,27 @@ from pathlib import Path
 from typing import Any
 
 from . import applied, installed, selected
-from .guard import RAY_TRAINER, VERL_0_6_1, Patch
+from .guard import RAY_TRAINER, TRAINER_BASE, VERL_0_6_1, VERL_0_9_0, Patch
 
 PATCH_NAME = "attest"
 ATTEST_ENV = "NPU_RL_ATTEST_FILE"
 # The worker groups init_workers leaves on the trainer (verl 0.6.1); several may share actors.
 WORKER_GROUPS = ("actor_rollout_wg", "ref_policy_wg", "critic_wg", "rm_wg")
 FINGERPRINTS = {f"{RAY_TRAINER}:RayPPOTrainer.init_workers": "cdf7fb40ec91ce88"}
-PATCH = Patch(PATCH_NAME, {VERL_0_6_1: FINGERPRINTS})
+FINGERPRINTS_0_9_0 = {
+    f"{TRAINER_BASE}:PPOTrainer.init": "6ef187cb2ec8df0b",
+    f"{TRAINER_BASE}:PPOTrainer._setup": "afd8c8397fb1d0c2",
+}
+PATCH = Patch(PATCH_NAME, {VERL_0_6_1: FINGERPRINTS, VERL_0_9_0: FINGERPRINTS_0_9_0})
 
 
 class PatchNotActive(RuntimeError):
     """A Ray worker of the run lacks a patch the recipe selected."""
 
 
-@PATCH.wrap(RAY_TRAINER, "RayPPOTrainer.init_workers")
-def patch_ray_trainer(original):
-    def init_workers(self):
-        original(self)
+def _attest_after(original):
+    def init(self, *args, **kwargs):
+        result = original(self, *args, **kwargs)
         verdict = attest(self)
         target = os.environ.get(ATTEST_ENV)
         if target:
@@ -48,8 +57,30 @@ def patch_ray_trainer(original):
             Path(target).write_text(json.dumps(verdict, indent=1), encoding="utf-8")
         if verdict["error"]:
             raise PatchNotActive(verdict["error"])
+        return result
 
-    return init_workers
+    return init
+
+
+patch_ray_trainer, patch_trainer_base = PATCH.wrap_each(
+    _attest_after,
+    patch_ray_trainer=(RAY_TRAINER, "RayPPOTrainer.init_workers", VERL_0_6_1),
+    patch_trainer_base=(TRAINER_BASE, "PPOTrainer.init", VERL_0_9_0),
+)
+
+
+def actor_handles(trainer: Any) -> list[Any]:
+    """Every actor of the run the trainer holds: its worker groups', and on verl 0.9 its reward-loop
+    workers and rollout servers."""
+    handles: list[Any] = []
+    for attr in WORKER_GROUPS:
+        handles += getattr(getattr(trainer, attr, None), "workers", None) or []
+    reward_loop = getattr(trainer, "reward_loop_manager", None)
+    handles += getattr(reward_loop, "reward_loop_worker_handles", None) or []
+    servers = getattr(trainer, "llm_server_manager", None)
+    for replica in servers.get_replicas() if servers is not None else []:
+        handles += getattr(replica, "servers", None) or []
+    return handles
 
 
 def report(_actor: object = None) -> dict:
@@ -80,10 +111,8 @@ def attest(trainer: Any) -> dict:
 
     want = [n for n in selected() if n != "rehearse"]
     handles: dict[str, Any] = {}
-    for attr in WORKER_GROUPS:
-        group = getattr(trainer, attr, None)
-        for handle in getattr(group, "workers", None) or []:
-            handles.setdefault(handle._actor_id.hex(), handle)
+    for handle in actor_handles(trainer):
+        handles.setdefault(handle._actor_id.hex(), handle)
     workers = ray.get([h.__ray_call__.remote(report) for h in handles.values()])
     me = report()
     lacking = [w for w in workers if set(want) - set(w["patches"])]

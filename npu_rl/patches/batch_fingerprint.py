@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import hashlib
 
-from .guard import METRIC_UTILS, RAY_TRAINER, VERL_0_6_1, Patch
+from .guard import METRIC_UTILS, RAY_TRAINER, TRAINER_BASE, VERL_0_6_1, VERL_0_9_0, Patch
 
 PATCH_NAME = "batch_fingerprint"
 METRIC = "batch/fingerprint"
@@ -26,7 +26,13 @@ FINGERPRINTS = {
     f"{RAY_TRAINER}:RayPPOTrainer.fit": "3661c861fcee4890",
     f"{METRIC_UTILS}:compute_data_metrics": "683347d0d391b74b",
 }
-PATCH = Patch(PATCH_NAME, {VERL_0_6_1: FINGERPRINTS})
+# verl 0.9's trainer imports the name too (trainer/ppo/v1/trainer_base.py:55) and calls it once per step in
+# _compute_metrics, on the step's batch read back from TransferQueue with its prompts padded.
+FINGERPRINTS_0_9_0 = {
+    f"{TRAINER_BASE}:PPOTrainer._compute_metrics": "831b29389ca2d095",
+    f"{METRIC_UTILS}:compute_data_metrics": "7962e777d5e61eb0",
+}
+PATCH = Patch(PATCH_NAME, {VERL_0_6_1: FINGERPRINTS, VERL_0_9_0: FINGERPRINTS_0_9_0})
 
 
 def batch_fingerprint(prompts) -> int:
@@ -35,8 +41,7 @@ def batch_fingerprint(prompts) -> int:
     return int.from_bytes(hashlib.sha256(b"".join(rows)).digest()[:6], "big")
 
 
-@PATCH.wrap(RAY_TRAINER, "compute_data_metrics", also=(METRIC_UTILS,))
-def patch_ray_trainer(original):
+def _with_fingerprint(original):
     def compute_data_metrics(batch, *args, **kwargs):
         metrics = original(batch, *args, **kwargs)
         # Every verl 0.6.1 rollout returns "prompts"; the full sequences identify the batch as well.
@@ -45,3 +50,11 @@ def patch_ray_trainer(original):
         return metrics
 
     return compute_data_metrics
+
+
+patch_ray_trainer, patch_trainer_base = PATCH.wrap_each(
+    _with_fingerprint,
+    also=(METRIC_UTILS,),
+    patch_ray_trainer=(RAY_TRAINER, "compute_data_metrics", VERL_0_6_1),
+    patch_trainer_base=(TRAINER_BASE, "compute_data_metrics", VERL_0_9_0),
+)

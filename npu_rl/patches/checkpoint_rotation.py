@@ -19,7 +19,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from .guard import RAY_TRAINER, VERL_0_6_1, Patch
+from .guard import RAY_TRAINER, TRAINER_BASE, VERL_0_6_1, VERL_0_9_0, Patch
 
 PATCH_NAME = "checkpoint_rotation"
 FSDP_MANAGER = "verl.utils.checkpoint.fsdp_checkpoint_manager"
@@ -31,7 +31,15 @@ FINGERPRINTS = {
     # Saves through the workers, then data.pt, then the marker; reads the limit from the config.
     f"{RAY_TRAINER}:RayPPOTrainer._save_checkpoint": "98ed0726156386c6",
 }
-PATCH = Patch(PATCH_NAME, {VERL_0_6_1: FINGERPRINTS})
+# verl 0.9.0 still rotates in the managers before they save (fsdp_checkpoint_manager.py:272,
+# megatron_checkpoint_manager.py:1169, reached through engine_workers.py:715) and has no checkpoint callback;
+# its trainer's _save_checkpoint writes data.pt, then the marker (trainer/ppo/v1/trainer_base.py:885-957).
+FINGERPRINTS_0_9_0 = {
+    f"{FSDP_MANAGER}:FSDPCheckpointManager.save_checkpoint": "1c43220dffda6305",
+    f"{MEGATRON_MANAGER}:MegatronCheckpointManager.save_checkpoint": "1c396d0903230d60",
+    f"{TRAINER_BASE}:PPOTrainer._save_checkpoint": "47979e8f61a83a22",
+}
+PATCH = Patch(PATCH_NAME, {VERL_0_6_1: FINGERPRINTS, VERL_0_9_0: FINGERPRINTS_0_9_0})
 
 
 def _save_without_rotating(original):
@@ -71,8 +79,7 @@ def rotate_after_save(root: Path, newest: int, keep: int) -> list[int]:
     return remove_steps(root, [s for s in upto if s not in kept and s < newest])
 
 
-@PATCH.wrap(RAY_TRAINER, "RayPPOTrainer._save_checkpoint")
-def _patch_trainer(original):
+def _rotate_after_save(original):
     def _save_checkpoint(self):
         original(self)  # returns once the marker names this step: the step is complete
         keep = keep_limit(self.config.trainer)
@@ -87,3 +94,10 @@ def _patch_trainer(original):
             )
 
     return _save_checkpoint
+
+
+_patch_trainer, _patch_trainer_base = PATCH.wrap_each(
+    _rotate_after_save,
+    _patch_trainer=(RAY_TRAINER, "RayPPOTrainer._save_checkpoint", VERL_0_6_1),
+    _patch_trainer_base=(TRAINER_BASE, "PPOTrainer._save_checkpoint", VERL_0_9_0),
+)

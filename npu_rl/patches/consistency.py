@@ -17,6 +17,14 @@ stays small (measured 0.0014 against a healthy 0.0007 on CPU with vLLM) while th
 nothing. On other steps it drops the rollout's
 log-probs so verl does not compare them with the skip's NaN placeholders. Each verdict goes to
 ``NPU_RL_CONSISTENCY_FILE`` (JSON); a failed gate raises in the TaskRunner: ``Exit.INCONSISTENT``.
+
+On verl 0.9.0 the pass runs every step (the skip is not ported there) and already computes both measures when
+the rollout returns log-probs (``PPOTrainer._compute_old_log_prob``, verl v0.9.0
+trainer/ppo/v1/trainer_base.py:1479-1538, ``calculate_debug_metrics`` at :1534-1536), at the sampling
+temperature on both sides (the pass divides by it, :1496-1502; vLLM 0.23 reports log-probs after it,
+``logprobs_mode: processed_logprobs``, workers/config/rollout.py:197): the gate reads them after the pass on
+its steps and stops the run the same way. The drill moves to the trainer side of the weight sync,
+``ServerAdapter.update_weights`` (workers/rollout/vllm_rollout/vllm_rollout.py:209).
 """
 
 from __future__ import annotations
@@ -28,7 +36,16 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from .guard import FSDP_WORKERS, MEGATRON_WORKERS, RAY_TRAINER, VERL_0_6_1, VLLM_ROLLOUT, Patch
+from .guard import (
+    FSDP_WORKERS,
+    MEGATRON_WORKERS,
+    RAY_TRAINER,
+    TRAINER_BASE,
+    VERL_0_6_1,
+    VERL_0_9_0,
+    VLLM_ROLLOUT,
+    Patch,
+)
 
 PATCH_NAME = "consistency"
 ENV = "NPU_RL_CONSISTENCY"  # JSON {"every": N, "max_probs_diff_mean": x, "min_probs_corr": y}
@@ -58,7 +75,15 @@ WEIGHTS_DRILL = "rollout_weights"
 # never lands would; the engine samples from what it holds (at step 1, load_format dummy's random weights).
 # vLLM only: the hf rollout samples from the trainer's own module and has no sync to skip.
 SKIPPED_DRILL = "rollout_weights_skipped"
-PATCH = Patch(PATCH_NAME, {VERL_0_6_1: FINGERPRINTS})
+SERVER_ADAPTER = "verl.workers.rollout.vllm_rollout.vllm_rollout"
+DEBUG_METRICS = "verl.utils.debug.metrics"
+FINGERPRINTS_0_9_0 = {
+    f"{TRAINER_BASE}:PPOTrainer._compute_old_log_prob": "47e705af8fb4cc5f",
+    f"{DEBUG_METRICS}:calculate_debug_metrics": "5e8ae0689ea96c24",
+    f"{SERVER_ADAPTER}:ServerAdapter.update_weights": "d0dc82de07a73094",
+}
+V061, V090 = (VERL_0_6_1,), (VERL_0_9_0,)
+PATCH = Patch(PATCH_NAME, {VERL_0_6_1: FINGERPRINTS, VERL_0_9_0: FINGERPRINTS_0_9_0})
 
 
 class ConsistencyError(RuntimeError):
@@ -134,12 +159,7 @@ def gated(trainer: Any, real, current, gate: Gate, verdicts: Verdicts, path: str
                 batch.batch.pop("rollout_log_probs", None)
             return current(batch)
         if "rollout_log_probs" not in batch.batch.keys():
-            verdicts.error = (
-                f"consistency gate at step {step}: the rollout returned no log-probs "
-                "(actor_rollout_ref.rollout.calculate_log_probs is not honoured by this rollout)"
-            )
-            verdicts.write(path)
-            raise ConsistencyError(verdicts.error)
+            no_log_probs(step, verdicts, path)
         batch.meta_info[TEMPERATURE] = ROLLOUT_LOG_PROB_TEMPERATURE
         try:
             out = real(batch)
@@ -147,33 +167,46 @@ def gated(trainer: Any, real, current, gate: Gate, verdicts: Verdicts, path: str
             batch.meta_info.pop(TEMPERATURE, None)
         # The pass hands its temperature on to the update (fit unions it into the batch): the sampling one.
         out.meta_info["temperature"] = trainer.config.actor_rollout_ref.rollout.temperature
-        diff, corr = measure(batch, out.batch["old_log_probs"])
-        close = diff <= gate.max_probs_diff_mean  # NaN fails too
-        alike = corr >= gate.min_probs_corr
-        ok = close and alike
-        verdicts.steps.append({"step": step, "probs_diff_mean": diff, "probs_corr": corr, "ok": ok})
-        if not close:
-            why = f"differ from the trainer's by {diff:.4g} on average ({METRIC}; limit {gate.max_probs_diff_mean:g})"
-        elif not alike:
-            why = (
-                f"correlate with the trainer's by only {corr:.4g} ({CORR_METRIC}; limit {gate.min_probs_corr:g}; "
-                f"mean difference {diff:.4g})"
-            )
-        if not ok:
-            verdicts.error = (
-                f"consistency gate at step {step}: the rollout's token probabilities {why}, so the rollout "
-                "samples from another policy than the one trained (a broken weight sync?); stopped before the "
-                "optimizer step"
-            )
-        verdicts.write(path)
-        if not ok:
-            raise ConsistencyError(verdicts.error)
+        judge(step, *measure(batch, out.batch["old_log_probs"]), gate, verdicts, path)
         return out
 
     return compute_log_prob
 
 
-@PATCH.wrap(RAY_TRAINER, "RayPPOTrainer.init_workers", also=("verl.utils.debug.metrics",))
+def no_log_probs(step: int, verdicts: Verdicts, path: str | None) -> None:
+    verdicts.error = (
+        f"consistency gate at step {step}: the rollout returned no log-probs "
+        "(actor_rollout_ref.rollout.calculate_log_probs is not honoured by this rollout)"
+    )
+    verdicts.write(path)
+    raise ConsistencyError(verdicts.error)
+
+
+def judge(step: int, diff: float, corr: float, gate: Gate, verdicts: Verdicts, path: str | None) -> None:
+    """Record the step's verdict; raise :class:`ConsistencyError` when the two sides are too far apart."""
+    close = diff <= gate.max_probs_diff_mean  # NaN fails too
+    alike = corr >= gate.min_probs_corr
+    ok = close and alike
+    verdicts.steps.append({"step": step, "probs_diff_mean": diff, "probs_corr": corr, "ok": ok})
+    if not close:
+        why = f"differ from the trainer's by {diff:.4g} on average ({METRIC}; limit {gate.max_probs_diff_mean:g})"
+    elif not alike:
+        why = (
+            f"correlate with the trainer's by only {corr:.4g} ({CORR_METRIC}; limit {gate.min_probs_corr:g}; "
+            f"mean difference {diff:.4g})"
+        )
+    if not ok:
+        verdicts.error = (
+            f"consistency gate at step {step}: the rollout's token probabilities {why}, so the rollout "
+            "samples from another policy than the one trained (a broken weight sync?); stopped before the "
+            "optimizer step"
+        )
+    verdicts.write(path)
+    if not ok:
+        raise ConsistencyError(verdicts.error)
+
+
+@PATCH.wrap(RAY_TRAINER, "RayPPOTrainer.init_workers", also=(DEBUG_METRICS,), releases=V061)
 def patch_ray_trainer(original_init):
     def init_workers(self):
         original_init(self)
@@ -219,9 +252,32 @@ def _at_requested_temperature(compute_log_prob):
 
 patch_fsdp_workers, patch_megatron_workers = PATCH.wrap_each(
     _at_requested_temperature,
-    patch_fsdp_workers=(FSDP_WORKERS, "ActorRolloutRefWorker.compute_log_prob"),
-    patch_megatron_workers=(MEGATRON_WORKERS, "ActorRolloutRefWorker.compute_log_prob"),
+    patch_fsdp_workers=(FSDP_WORKERS, "ActorRolloutRefWorker.compute_log_prob", VERL_0_6_1),
+    patch_megatron_workers=(MEGATRON_WORKERS, "ActorRolloutRefWorker.compute_log_prob", VERL_0_6_1),
 )
+
+
+@PATCH.wrap(TRAINER_BASE, "PPOTrainer._compute_old_log_prob", also=(DEBUG_METRICS,), releases=V090)
+def patch_trainer_base(original):
+    state: dict[str, Any] = {}
+
+    def _compute_old_log_prob(self, batch, metrics, *args, **kwargs):
+        out = original(self, batch, metrics, *args, **kwargs)
+        gate = Gate.from_env()
+        if gate is None:
+            return out
+        step = int(self.global_steps)
+        first = state.setdefault("first", step)
+        if not gate.due(step, first):
+            return out
+        verdicts = state.setdefault("verdicts", Verdicts(gate.max_probs_diff_mean, gate.min_probs_corr))
+        path = os.environ.get(FILE_ENV)
+        if METRIC not in metrics:  # verl measures only what the rollout returned
+            no_log_probs(step, verdicts, path)
+        judge(step, float(metrics[METRIC]), float(metrics.get(CORR_METRIC, float("nan"))), gate, verdicts, path)
+        return out
+
+    return _compute_old_log_prob
 
 
 def drilled(weights: Any) -> Any:
@@ -237,9 +293,8 @@ def drilled(weights: Any) -> Any:
         yield name, tensor
 
 
-@PATCH.wrap(VLLM_ROLLOUT, "vLLMRollout.update_weights", name="drill_vllm_weight_sync")
-def _drill_vllm_weight_sync(original):
-    async def update_weights(self, weights, **kwargs):
+def _drill_weight_sync(original):
+    async def update_weights(self, weights, *args, **kwargs):
         drill = os.environ.get(DRILL_ENV)
         if drill == SKIPPED_DRILL:
             # Drained, not loaded: the trainer's side (FSDP's gathers per tensor) runs as in a real sync.
@@ -248,6 +303,13 @@ def _drill_vllm_weight_sync(original):
             return None
         if drill == WEIGHTS_DRILL:
             weights = drilled(weights)
-        return await original(self, weights, **kwargs)
+        return await original(self, weights, *args, **kwargs)
 
     return update_weights
+
+
+drill_vllm_weight_sync, drill_server_weight_sync = PATCH.wrap_each(
+    _drill_weight_sync,
+    drill_vllm_weight_sync=(VLLM_ROLLOUT, "vLLMRollout.update_weights", VERL_0_6_1),
+    drill_server_weight_sync=(SERVER_ADAPTER, "ServerAdapter.update_weights", VERL_0_9_0),
+)

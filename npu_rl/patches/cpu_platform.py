@@ -1,4 +1,5 @@
-"""CPU platform for verl 0.6.1: the real GRPO trainer on CPU processes with gloo (NPU runs never install it).
+"""CPU platform for verl: the real GRPO trainer on CPU processes with gloo (NPU runs never install it).
+This module is the patch and its verl 0.6.1 part; verl 0.9.0's, a platform plugin, is npu_rl.patches.cpu_plugin.
 
 Each fix is the smallest change past a place where verl assumes an accelerator, applied when its module is
 imported: installing the patch imports neither torch nor verl, so a reward worker does not pay for them.
@@ -27,7 +28,8 @@ import functools
 import os
 from typing import Any
 
-from .guard import FSDP_WORKERS, RAY_BASE, RAY_TRAINER, VERL_0_6_1, VLLM_ROLLOUT, Patch
+from . import cpu_plugin
+from .guard import FSDP_WORKERS, RAY_BASE, RAY_TRAINER, VERL_0_6_1, VERL_0_9_0, VLLM_ROLLOUT, Patch
 
 PATCH_NAME = "cpu"
 
@@ -54,7 +56,8 @@ FINGERPRINTS = {
     f"{VLLM_ROLLOUT}:vLLMRollout.release": "3088a3a465f49748",
 }
 
-PATCH = Patch(PATCH_NAME, {VERL_0_6_1: FINGERPRINTS})
+PATCH = Patch(PATCH_NAME, {VERL_0_6_1: FINGERPRINTS, VERL_0_9_0: cpu_plugin.FINGERPRINTS})
+V061 = (VERL_0_6_1,)
 
 
 @PATCH.applies_to("torch")
@@ -95,7 +98,7 @@ def _single_gloo_backend(original):
     return init_process_group
 
 
-@PATCH.applies_to("verl.utils.device")
+@PATCH.applies_to("verl.utils.device", releases=V061)
 def _patch_device(mod) -> None:
     mod.get_nccl_backend = lambda: "gloo"
 
@@ -104,7 +107,7 @@ def _patch_device(mod) -> None:
 WORKER_SLOT = "NPU"
 
 
-@PATCH.wrap(RAY_BASE, "RayResourcePool.get_placement_groups")
+@PATCH.wrap(RAY_BASE, "RayResourcePool.get_placement_groups", releases=V061)
 def _patch_resource_pool(original):
     def get_placement_groups(self, strategy="STRICT_PACK", name=None, device_name="cuda"):
         # verl names the bundle's device resource after trainer.device; "cpu" is no Ray resource.
@@ -115,13 +118,10 @@ def _patch_resource_pool(original):
     return get_placement_groups
 
 
-@PATCH.applies_to(FSDP_WORKERS)
-def _patch_fsdp_workers(mod) -> None:
-    base_fsdp: Any = mod.FSDP  # torch's FSDP class, as verl's fsdp_workers imports it
+def cpu_fsdp_class(base_fsdp: Any) -> Any:
+    """torch's FSDP1 class (as a verl module imports it) without the accelerator-only arguments."""
 
     class CPUFSDP(base_fsdp):
-        """FSDP1 without the accelerator-only arguments."""
-
         def __init__(self, module, *args, **kwargs):
             import torch  # lazy: torch
 
@@ -135,7 +135,12 @@ def _patch_fsdp_workers(mod) -> None:
             super().__init__(module, *args, **kwargs)
 
     CPUFSDP.__name__ = CPUFSDP.__qualname__ = "FullyShardedDataParallel"
-    mod.FSDP = CPUFSDP
+    return CPUFSDP
+
+
+@PATCH.applies_to(FSDP_WORKERS, releases=V061)
+def _patch_fsdp_workers(mod) -> None:
+    mod.FSDP = cpu_fsdp_class(mod.FSDP)  # torch's FSDP class, as verl's fsdp_workers imports it
 
     policy = mod.CPUOffloadPolicy
     if policy is not None:
@@ -170,7 +175,7 @@ def _patch_fsdp_workers(mod) -> None:
     worker._build_rollout = _build_rollout
 
 
-@PATCH.applies_to("verl.utils.profiler.performance")
+@PATCH.applies_to("verl.utils.profiler.performance", releases=V061)
 def _patch_performance(mod) -> None:
     import torch  # lazy: torch
     import torch.distributed as dist  # lazy: torch
@@ -218,7 +223,7 @@ def _patch_memory_utils(mod) -> None:
     mod.aggressive_empty_cache = aggressive_empty_cache
 
 
-@PATCH.applies_to("verl.workers.rollout.base", also=("verl.workers.rollout.hf_rollout",))
+@PATCH.applies_to("verl.workers.rollout.base", also=("verl.workers.rollout.hf_rollout",), releases=V061)
 def _patch_rollout_registry(mod) -> None:
     mod._ROLLOUT_REGISTRY[("hf", "sync")] = "npu_rl.patches.cpu_rollout.CPURollout"
 
@@ -229,7 +234,7 @@ def _patch_rollout_registry(mod) -> None:
 KV_CACHE_GIB = "1"
 
 
-@PATCH.wrap(VLLM_ROLLOUT, "vLLMRollout.__init__", name="_vllm_on_cpu")
+@PATCH.wrap(VLLM_ROLLOUT, "vLLMRollout.__init__", name="_vllm_on_cpu", releases=V061)
 def _vllm_on_cpu(original):
     def __init__(self, config, model_config, device_mesh):
         # vLLM 0.9.1 refuses sleep mode on CpuPlatform: "Sleep mode is not supported on current platform"
@@ -260,3 +265,6 @@ def _vllm_on_cpu(original):
         original(self, config, model_config, device_mesh)
 
     return __init__
+
+
+cpu_plugin.register(PATCH)

@@ -22,6 +22,8 @@ from .hooks import when_imported
 
 # verl modules that several patches change or fingerprint.
 RAY_TRAINER = "verl.trainer.ppo.ray_trainer"
+# verl 0.9's trainer (trainer.use_v1, its default: verl v0.9.0 trainer/config/ppo_trainer.yaml:222).
+TRAINER_BASE = "verl.trainer.ppo.v1.trainer_base"
 RAY_BASE = "verl.single_controller.ray.base"
 METRIC_UTILS = "verl.trainer.ppo.metric_utils"
 TRACKING = "verl.utils.tracking"
@@ -51,6 +53,7 @@ def _distribution_version() -> str:
 
 # The verl releases the patches know, by the stack line that pins each (configs/stacks/).
 VERL_0_6_1 = "0.6.1"
+VERL_0_9_0 = "0.9.0"
 
 
 def require_verl(patch_name: str, supported: Iterable[str]) -> None:
@@ -195,15 +198,20 @@ class Patch:
     def require_version(self, _verl: Any = None) -> None:
         require_verl(self.name, self.supports)
 
-    def applies_to(self, module_name: str, also: tuple[str, ...] = ()):
+    def applies_to(self, module_name: str, also: tuple[str, ...] = (), releases: tuple[str, ...] | None = None):
         """Decorator: ``fn(module)`` patches ``module_name``; the returned ``fn(module, check=True)`` first
-        refuses changed sources (``check=False`` is for tests that hand in stand-in modules)."""
+        refuses changed sources (``check=False`` is for tests that hand in stand-in modules).
+
+        ``releases``: the verl releases ``fn`` is for (default: every one the patch supports); under any
+        other release it changes nothing, since that release's code is another's (attest lists what ran)."""
 
         def register(fn: Callable[[Any], None]):
             key = f"{self.name}:{fn.__name__}"
 
             @functools.wraps(fn)
             def apply(module: Any, check: bool = True) -> None:
+                if releases is not None and installed_verl_version() not in releases:
+                    return
                 applied = getattr(module, _APPLIED, None)
                 if applied is None:
                     applied = set()
@@ -224,7 +232,14 @@ class Patch:
 
         return register
 
-    def wrap(self, module_name: str, qualname: str, also: tuple[str, ...] = (), name: str | None = None):
+    def wrap(
+        self,
+        module_name: str,
+        qualname: str,
+        also: tuple[str, ...] = (),
+        name: str | None = None,
+        releases: tuple[str, ...] | None = None,
+    ):
         """Decorator: ``make(original) -> replacement`` wraps ``qualname`` (``"Class.method"`` or
         ``"function"``) of ``module_name``; the replacement takes the original's place with its name and
         attributes (``functools.wraps``: verl's ``@register`` dispatch attributes too).
@@ -242,14 +257,20 @@ class Patch:
 
             replace.__name__ = replace.__qualname__ = name or make.__name__
             replace.__module__, replace.__doc__ = make.__module__, make.__doc__
-            return self.applies_to(module_name, also)(replace)
+            return self.applies_to(module_name, also, releases)(replace)
 
         return register
 
-    def wrap_each(self, make: Callable[[Any], Any], **targets: tuple[str, str]) -> tuple[Callable[..., None], ...]:
-        """One wrapper for several targets (the FSDP and the Megatron worker class): each keyword
-        ``name=(module_name, qualname)`` is :meth:`wrap` of that target, named ``name``; returned in order."""
-        return tuple(self.wrap(module, qualname, name=name)(make) for name, (module, qualname) in targets.items())
+    def wrap_each(
+        self, make: Callable[[Any], Any], also: tuple[str, ...] = (), **targets: tuple[str, ...]
+    ) -> tuple[Callable[..., None], ...]:
+        """One wrapper for several targets (the FSDP and the Megatron worker class, or one verl release's
+        trainer and another's): each keyword ``name=(module_name, qualname[, release])`` is :meth:`wrap` of that
+        target (for that release only), named ``name``; returned in order."""
+        return tuple(
+            self.wrap(module, qualname, also=also, name=name, releases=tuple(release) or None)(make)
+            for name, (module, qualname, *release) in targets.items()
+        )
 
     def fingerprinted_modules(self) -> list[str]:
         # Every supported release's: a module is hooked before verl is imported, let alone known.

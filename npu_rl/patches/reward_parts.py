@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from .guard import METRIC_UTILS, RAY_TRAINER, VERL_0_6_1, Patch
+from .guard import METRIC_UTILS, RAY_TRAINER, TRAINER_BASE, VERL_0_6_1, VERL_0_9_0, Patch
 
 PATCH_NAME = "reward_parts"
 PREFIX = "reward/"
@@ -28,7 +28,11 @@ FINGERPRINTS = {
     f"{RAY_TRAINER}:RayPPOTrainer.fit": "3661c861fcee4890",
     f"{METRIC_UTILS}:compute_data_metrics": "683347d0d391b74b",
 }
-PATCH = Patch(PATCH_NAME, {VERL_0_6_1: FINGERPRINTS})
+# verl 0.9 keeps the step's batch in TransferQueue: the reward's parts stay in each sample's
+# extra_fields["reward_extra_info"] (trainer/ppo/v1/agent_loop_tq.py:175) and _compute_metrics reads only the
+# tensors it needs back (trainer/ppo/v1/trainer_base.py:1713-1735), so the patch reads that field after it.
+FINGERPRINTS_0_9_0 = {f"{TRAINER_BASE}:PPOTrainer._compute_metrics": "831b29389ca2d095"}
+PATCH = Patch(PATCH_NAME, {VERL_0_6_1: FINGERPRINTS, VERL_0_9_0: FINGERPRINTS_0_9_0})
 
 
 def part_means(non_tensor_batch) -> dict[str, float]:
@@ -41,7 +45,7 @@ def part_means(non_tensor_batch) -> dict[str, float]:
     return out
 
 
-@PATCH.wrap(RAY_TRAINER, "compute_data_metrics", also=(METRIC_UTILS,))
+@PATCH.wrap(RAY_TRAINER, "compute_data_metrics", also=(METRIC_UTILS,), releases=(VERL_0_6_1,))
 def patch_ray_trainer(original):
     def compute_data_metrics(batch, *args, **kwargs):
         metrics = original(batch, *args, **kwargs)
@@ -49,3 +53,26 @@ def patch_ray_trainer(original):
         return metrics
 
     return compute_data_metrics
+
+
+def step_parts(extra_fields: list, tags: list) -> dict[str, list]:
+    """Each part's values over a verl 0.9 step's samples (padding left out), from their ``extra_fields``."""
+    infos = [
+        (extra or {}).get("reward_extra_info") or {}
+        for extra, tag in zip(extra_fields, tags)
+        if not (tag or {}).get("is_padding", False)
+    ]
+    return {part: [i[part] for i in infos if part in i] for part in PARTS}
+
+
+@PATCH.wrap(TRAINER_BASE, "PPOTrainer._compute_metrics", releases=(VERL_0_9_0,))
+def patch_trainer_base(original):
+    def _compute_metrics(self, batch, metrics, *args, **kwargs):
+        result = original(self, batch, metrics, *args, **kwargs)
+        import transfer_queue as tq  # lazy: verl 0.9's stack
+
+        got = tq.kv_batch_get(keys=batch.keys, partition_id=batch.partition_id, select_fields=["extra_fields"])
+        metrics.update(part_means(step_parts(got.pop("extra_fields").tolist(), list(batch.tags))))
+        return result
+
+    return _compute_metrics

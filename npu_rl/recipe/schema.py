@@ -524,8 +524,9 @@ class ConsistencySpec(Strict):
     ``every`` steps, run the old_log_prob pass the recipe skips and compare the trainer's token
     probabilities with the rollout's own; verl's ``training/rollout_probs_diff_mean`` above
     ``max_probs_diff_mean``, or its ``training/rollout_actor_probs_pearson_corr`` below ``min_probs_corr``, stops
-    the run before the optimizer step (exit INCONSISTENT). Only with
-    ``optimizations.recompute_old_log_prob: false`` (``Recipe.consistency_gated``)."""
+    the run before the optimizer step (exit INCONSISTENT). On the seeds' line (verl 0.6.1) only with
+    ``optimizations.recompute_old_log_prob: false``; on verl 0.9 with the pass verl runs every step
+    (``Recipe.consistency_gated``)."""
 
     enabled: bool = Field(
         False, description="Run the gate (patch consistency) -> verl `actor_rollout_ref.rollout.calculate_log_probs`"
@@ -728,9 +729,13 @@ class Recipe(Strict):
 
     @property
     def consistency_gated(self) -> bool:
-        """The gate runs where the pass is skipped; with the pass on every step, verl compares the rollout's
-        log-probs itself wherever the rollout returns them (training/rollout_probs_diff_*)."""
-        return self.consistency.enabled and not self.optimizations.recompute_old_log_prob
+        """verl 0.6.1: the gate runs where the pass is skipped; with the pass on every step, verl compares the
+        rollout's log-probs itself wherever the rollout returns them (training/rollout_probs_diff_*), and never
+        stops. verl 0.9: the pass runs every step (the skip is not ported there) and the gate reads verl's
+        measures of it on its steps (npu_rl.patches.consistency)."""
+        if not self.consistency.enabled:
+            return False
+        return not self.optimizations.recompute_old_log_prob or versions.line_verl(self.stack_line) != "0.6.1"
 
     @model_validator(mode="after")
     def _divisibility(self) -> Recipe:

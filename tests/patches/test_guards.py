@@ -42,10 +42,66 @@ def test_version_guard_names_both_versions(monkeypatch):
 
     cpu_platform.PATCH.require_version()  # the installed verl is one the patch supports
     monkeypatch.setattr(verl, "__version__", "0.7.0")
-    with pytest.raises(guard.PatchVersionError, match=r"'cpu' supports verl 0\.6\.1 but verl 0\.7\.0"):
+    with pytest.raises(guard.PatchVersionError, match=r"'cpu' supports verl 0\.6\.1, 0\.9\.0 but verl 0\.7\.0"):
         cpu_platform.PATCH.require_version()
-    with pytest.raises(guard.PatchVersionError, match=r"supports verl 0\.6\.1 but verl 0\.7\.0"):
+    with pytest.raises(guard.PatchVersionError, match=r"supports verl 0\.6\.1, 0\.9\.0 but verl 0\.7\.0"):
         assert cpu_platform.PATCH.fingerprints  # the fingerprints of a release the patch does not know
+
+
+def test_a_hook_for_another_release_changes_nothing(monkeypatch):
+    # One patch, two releases' code: each hook runs only under the release it was written for.
+    import types
+
+    patch = guard.Patch("two_releases", {guard.VERL_0_6_1: {}, guard.VERL_0_9_0: {}})
+    seen = []
+
+    @patch.applies_to("some.module", releases=(guard.VERL_0_6_1,))
+    def old(mod):
+        seen.append("0.6.1")
+
+    @patch.applies_to("some.module", releases=(guard.VERL_0_9_0,))
+    def new(mod):
+        seen.append("0.9.0")
+
+    @patch.applies_to("some.module")
+    def both(mod):
+        seen.append("both")
+
+    for release, expected in (("0.6.1", ["0.6.1", "both"]), ("0.9.0", ["0.9.0", "both"])):
+        monkeypatch.setattr(guard, "installed_verl_version", lambda release=release: release)
+        seen.clear()
+        module = types.ModuleType("some.module")
+        for fn in (old, new, both):
+            fn(module, check=False)
+        assert seen == expected, release
+
+
+PORTED_TO_0_9 = [n for n, m in patches.PATCHES.items() if guard.VERL_0_9_0 in importlib.import_module(m).PATCH.supports]
+
+
+@pytest.mark.parametrize("name", PORTED_TO_0_9)
+def test_a_patch_ported_to_verl_0_9_matches_its_source(name):
+    # The fingerprints of the line's verl are checked where that verl is installed: its CPU environment.
+    import subprocess
+
+    from needs import missing_setup
+
+    from npu_rl.paths import project_root
+
+    python = project_root() / ".venv-cann9.1-verl0.9" / "bin" / "python"
+    if not python.is_file():
+        missing_setup("the cann9.1-verl0.9 CPU environment", "make venv STACK=cann9.1-verl0.9")
+    code = (
+        "import importlib, json; from npu_rl.patches import guard, PATCHES; "
+        f"p = importlib.import_module(PATCHES[{name!r}]).PATCH; "
+        "print(json.dumps([guard.installed_verl_version(), guard.changed_fingerprints(p.fingerprints)]))"
+    )
+    out = subprocess.run([str(python), "-c", code], capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr
+    import json
+
+    release, changed = json.loads(out.stdout.strip().splitlines()[-1])
+    assert release == "0.9.0" and changed == {}
 
 
 def test_every_patch_supports_the_default_lines_verl():
