@@ -17,7 +17,7 @@ XDIST = $(if $(filter 0,$(TEST_WORKERS)),,-n $(TEST_WORKERS) --dist loadfile)
 .PHONY: all venv venv-lines demo test test-all lint render clean help eval-venv lock image-cpu image-cpu-vllm image-ascend npu-stack
 
 help:
-	@echo "make demo   - tiny Qwen2 GRPO on CPU: model, data, train (Ray), merge, eval, report"
+	@echo "make demo   - tiny Qwen2 GRPO on CPU: model, data, train (Ray), merge, eval, report (STACK=<line>: on that stack line)"
 	@echo "make test   - the tests to run before every commit (one end-to-end smoke run; under 10 minutes on 2 cores)"
 	@echo "make test-all - every test, as CI runs it (.ci/run builds .venv-eval, .venv-npu and the images first)"
 	@echo "make render - re-render compose/ and k8s/ from the recipes"

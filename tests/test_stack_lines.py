@@ -215,3 +215,25 @@ def test_doctor_refuses_a_recipe_of_another_line_in_this_environment(tmp_path):
     assert f"runs on stack line {NEW} (verl 0.9.0)" in flat
     seeds = _cli("doctor", "--recipe", "tiny_math_cpu", cwd=tmp_path)
     assert "0.6.1 (stack line cann8.2-verl0.6)" in " ".join(seeds.stdout.replace("│", " ").split())
+
+
+def test_the_demo_on_the_new_line_selects_only_patches_ported_there():
+    # `make demo STACK=cann9.1-verl0.9`: vLLM (verl 0.9 has no hf rollout), the pass verl runs (the skip is not
+    # ported), the gate on it; every patch its launch selects has verl 0.9.0's code.
+    from npu_rl.demo import LINE_FIRST_STEP_S, VLLM_SETS, line_sets
+    from npu_rl.launcher.spec import build_launch
+    from npu_rl.recipe import load_recipe
+
+    assert line_sets(None) == {} and line_sets(versions.default_line()) == {}
+    sets = line_sets(NEW)
+    assert sets == {
+        "stack": NEW,
+        "watchdog.first_step_s": LINE_FIRST_STEP_S,
+        **VLLM_SETS,
+        "optimizations.recompute_old_log_prob": True,
+    }
+    recipe = load_recipe("tiny_math_cpu", sets)
+    assert recipe.consistency_gated
+    spec = build_launch(recipe)
+    assert "consistency" in spec.patches and "old_log_prob" not in spec.patches
+    assert guard.unsupported(spec.patches, "0.9.0") == []

@@ -18,8 +18,11 @@ _REPEATED = re.compile(r"\s*\[repeated \d+x across cluster\].*$")
 _STEP = re.compile(r"(?:^|\s)step:(\d+) - (.*)$")
 # verl's tqdm bar (ray_trainer.py fit: tqdm(total=self.total_training_steps, desc="Training Progress")).
 _TQDM_TOTAL = re.compile(r"Training Progress:.*?\|\s*\d+/(\d+)\b")
-# verl's _save_checkpoint prints the folder before it writes it (ray_trainer.py 785).
-_CHECKPOINT = re.compile(r"^local_global_step_folder: (\S+)")
+# verl's _save_checkpoint prints the folder before it writes it: 0.6.1 ray_trainer.py 785; 0.9.0 logs it
+# (trainer/ppo/v1/trainer_base.py:892, "INFO:<time>:Saving checkpoint to <folder>").
+_CHECKPOINT = re.compile(r"(?:^local_global_step_folder: |^INFO:.*?:Saving checkpoint to )(\S+)$")
+# verl 0.9's console logger prints numpy scalars by their repr: "acc/mean@1:np.float64(0.53125)".
+_NUMPY_SCALAR = re.compile(r"np\.\w+\((.*)\)")
 # npu_rl.patches.checkpoint_rotation, after a save: "npu-rl: global_step_24 is complete; removed global_step_8
 # (max_actor_ckpt_to_keep 2)".
 _ROTATION = re.compile(r"^npu-rl: global_step_\d+ is complete; removed (.+) \(max_actor_ckpt_to_keep (\d+)\)$")
@@ -60,7 +63,8 @@ def step_metrics(text: str) -> tuple[int, dict[str, float]] | None:
     metrics: dict[str, float] = {}
     for part in m.group(2).split(" - "):
         key, sep, value = part.rpartition(":")
-        number = _number(value) if sep else None
+        scalar = _NUMPY_SCALAR.fullmatch(value.strip())
+        number = _number(scalar.group(1) if scalar else value) if sep else None
         if key and number is not None:
             metrics[key] = number
     return int(m.group(1)), metrics

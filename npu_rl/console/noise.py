@@ -59,6 +59,48 @@ NOISE: tuple[Noise, ...] = (
         "vLLM's V0 executor interface, which its V1 CPU worker does not have and verl's rollout never calls",
     ),
     Noise(r"Pin memory is not supported on CPU", "vLLM's CPU platform saying so once per engine; nothing is pinned"),
+    # verl 0.9 with vLLM 0.23 (the cann9.1-verl0.9 line), each once per process of a run:
+    Noise(
+        r"(torchtitan|veomni|automodel) engine is not available",
+        "verl 0.9's optional training engines (verl/workers/engine/__init__.py); npu-rl trains with FSDP or Megatron",
+    ),
+    Noise(
+        r"Triton is installed, but doesn't include CPU backend",
+        "the CPU stand-in's torch is PyPI's CUDA build, which brings triton; vLLM's CPU backend does not use it",
+    ),
+    Noise(
+        r"IPC is not supported on your devices\. Falling back to shared memory",
+        "the cpu patch's platform says so on purpose (is_ipc_supported False): the weight sync goes through /dev/shm",
+    ),
+    Noise(
+        r"target_num_threads \d+ should not exceed total physical CPU cores",
+        "TransferQueue caps its own threads at the host's cores, and says so in every process it starts",
+    ),
+    Noise(
+        r"(libtcmalloc|libiomp) is not found in LD_PRELOAD",
+        "vLLM's CPU backend's speed hint; the CPU path stands in for NPU runs, where it does not apply",
+    ),
+    Noise(
+        r"Unknown vLLM environment variable detected: VLLM_USE_V1",
+        "the recipes set VLLM_USE_V1=1 for vLLM 0.9.1 (the seeds' line); vLLM 0.23 has only the V1 engine",
+    ),
+    Noise(
+        r"Enforce eager set, disabling torch\.compile|Inductor compilation was disabled by user settings",
+        "on CPU the rollout runs eager on purpose (npu_rl.launcher.overrides: no graphs to capture)",
+    ),
+    Noise(
+        r"Default vLLM sampling parameters have been overridden by the model's `generation_config\.json`",
+        "verl sends every request's own sampling parameters (the recipe's temperature, top_p, length)",
+    ),
+    Noise(
+        r"LoRA dynamic loading & unloading is enabled in the API server",
+        "verl sets VLLM_ALLOW_RUNTIME_LORA_UPDATING for its LoRA weight sync (verl/trainer/constants_ppo.py:78); the "
+        "server answers only the run's own agent loop",
+    ),
+    Noise(
+        r"Passing raw prompts to InputProcessor is deprecated",
+        "how verl 0.9's vLLM server hands vLLM 0.23 its token prompts; nothing in a recipe changes it",
+    ),
 )
 
 

@@ -113,13 +113,15 @@ class TrainConsole:
         heartbeat_s: float = 120.0,
         gate_max: float | None = None,
         gate_min_corr: float | None = None,
+        gate_every: int = 0,
     ):
         self.mode = mode
         self.out = out or sys.stdout
         self.state = Progress(total, start_step)
         self.every_s = float(os.environ.get(EVERY_ENV, "0")) if every_s is None else every_s
         self.heartbeat_s = heartbeat_s
-        self.gate_max, self.gate_min_corr = gate_max, gate_min_corr
+        self.gate_max, self.gate_min_corr, self.gate_every = gate_max, gate_min_corr, gate_every
+        self._first_trained: int | None = None  # the gate's first step in this run (Gate.due)
         self.tail: deque[str] = deque(maxlen=400)
         self._warned: set[str] = set()
         self._checkpoint: str | None = None
@@ -131,6 +133,13 @@ class TrainConsole:
         self._ticks = contextlib.ExitStack()
 
     # -- lifecycle
+    def _gate_due(self, step: int) -> bool:
+        if self.gate_max is None and self.gate_min_corr is None:
+            return False
+        if self._first_trained is None:
+            self._first_trained = step
+        return step == self._first_trained or (self.gate_every > 0 and step % self.gate_every == 0)
+
     def __enter__(self) -> TrainConsole:
         if self.mode == "live":
             from rich.console import Console  # lazy: rich, only on a terminal
@@ -227,8 +236,8 @@ class TrainConsole:
             self.event(f"validation {when}: held-out {held[0]} {held[1]:.4f}")
         gap = metrics.get(GATE_METRIC)
         # verl logs the gap whenever the rollout returns log-probs (every step on verl 0.9): a gate line only
-        # where the consistency gate checks it.
-        if lines.finite(gap) and (self.gate_max is not None or self.gate_min_corr is not None):
+        # on the steps the consistency gate checks.
+        if lines.finite(gap) and self._gate_due(step):
             limit = f" <= {self.gate_max:g}" if self.gate_max is not None else ""
             corr = metrics.get(GATE_CORR_METRIC)
             if lines.finite(corr):

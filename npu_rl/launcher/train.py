@@ -95,7 +95,12 @@ def run_training(recipe: Recipe, *, ray_port: int | None = None, verbose: bool =
     with (
         open(log_file, "a", encoding="utf-8") as log,
         TrainConsole(
-            mode=mode, total=total, start_step=spec.start_step or 0, gate_max=gate_max, gate_min_corr=gate_min_corr
+            mode=mode,
+            total=total,
+            start_step=spec.start_step or 0,
+            gate_max=gate_max,
+            gate_min_corr=gate_min_corr,
+            gate_every=recipe.consistency.every,
         ) as console,
     ):
         code, error = _attempt(spec, recipe, address, ray_port, log, console)

@@ -47,7 +47,10 @@ def build_examples(tokenizer, rows: list[dict], prompt_suffix: str) -> list[dict
         if answer is None:
             continue
         messages = [{"role": "user", "content": f"{row['problem']} {prompt_suffix}"}]
-        prompt_ids = list(tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=True))
+        # The ids themselves: transformers 5 returns a BatchEncoding unless told (the cann9.1-verl0.9 line's).
+        prompt_ids = list(
+            tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=True, return_dict=False)
+        )
         # The solution's prose without its final boxed sentence keeps responses short.
         reasoning = row["solution"].split("\\boxed")[0].rstrip(" $=.").strip() or "Compute."
         variants = {}

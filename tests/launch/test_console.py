@@ -58,6 +58,32 @@ def test_step_lines_parse_to_numbers():
     assert lines.total_steps("Training Progress:  33%|███▎      | 1/3 [00:01<00:02]") == 3
 
 
+def test_verl_0_9s_step_and_checkpoint_lines_are_read():
+    # verl 0.9 prints numpy scalars by their repr and logs the checkpoint folder (trainer_base.py:892).
+    step, metrics = lines.step_metrics(
+        "(TaskRunnerV1 pid=9) step:8 - val-core/MATH/acc/mean@1:np.float64(0.53125) - actor/entropy:0.03"
+    )
+    assert step == 8 and metrics == {"val-core/MATH/acc/mean@1": 0.53125, "actor/entropy": 0.03}
+    line = lines.read("(TaskRunnerV1 pid=9) INFO:2026-12-04 21:12:43,538:Saving checkpoint to /c/global_step_8")
+    assert lines.checkpoint_folder(line.text) == "/c/global_step_8"
+
+
+@pytest.mark.parametrize("every,shown", [(0, [3]), (2, [3, 4, 6]), (None, [])])
+def test_a_gate_line_only_on_the_steps_the_gate_checks(every, shown):
+    # verl 0.9 logs the rollout/trainer gap every step; the gate checks the run's first step and every N
+    # (npu_rl.patches.consistency Gate.due), and the console says "gate ... passed" only for those.
+    out = io.StringIO()
+    gate = {} if every is None else {"gate_max": 0.05, "gate_min_corr": 0.8, "gate_every": every}
+    with TrainConsole(mode="plain", total=6, start_step=2, out=out, **gate) as console:
+        for step in range(3, 7):
+            console.feed(
+                f"(TaskRunner pid=12) step:{step} - training/rollout_probs_diff_mean:0.001 - "
+                "training/rollout_actor_probs_pearson_corr:0.99 - timing_s/step:2.0"
+            )
+    gated = [int(line.split("at step ")[1].split(":")[0]) for line in out.getvalue().splitlines() if "gate" in line]
+    assert gated == shown
+
+
 def test_plain_mode_shows_steps_and_events_and_hides_the_listed_noise():
     out = io.StringIO()
     with TrainConsole(mode="plain", total=None, start_step=0, out=out, gate_max=0.05, gate_min_corr=0.8) as console:
@@ -148,6 +174,21 @@ def test_every_noise_entry_hides_a_line_of_a_real_run_and_says_why(entry):
         "WARNING 12-04 03:28:06 [utils.py:2737] Methods determine_num_available_blocks,device_config,"
         "get_cache_block_size_bytes,initialize_cache not implemented in <vllm.v1.worker.cpu_worker.CPUWorker object>",
         "WARNING 12-04 03:29:35 [_logger.py:72] Pin memory is not supported on CPU.",
+        # The cann9.1-verl0.9 line's run (verl 0.9.0, vLLM 0.23's CPU backend as its rollout server).
+        "UserWarning: torchtitan engine is not available: ModuleNotFoundError(\"No module named 'torchtitan'\")",
+        "WARNING 12-04 21:09:10 [importing.py:58] Triton is installed, but doesn't include CPU backend.",
+        "WARNING:2026-12-04 21:09:11,987:IPC is not supported on your devices. Falling back to shared memory for "
+        "weight transfer, which may cause performance degradation.",
+        "2026-12-04 20:30:22,212 - WARNING - transfer_queue.utils.common - target_num_threads 8 should not exceed "
+        "total physical CPU cores 2. Setting to 2.",
+        "(Worker pid=10582) WARNING 12-04 21:10:27 [cpu_worker.py:114] libtcmalloc is not found in LD_PRELOAD.",
+        "WARNING 12-04 20:29:15 [envs.py:2088] Unknown vLLM environment variable detected: VLLM_USE_V1",
+        "WARNING 12-04 20:29:15 [vllm.py:1055] Enforce eager set, disabling torch.compile and CUDAGraphs.",
+        "WARNING 12-04 21:10:55 [model.py:1502] Default vLLM sampling parameters have been overridden by the model's "
+        "`generation_config.json`: `{'repetition_penalty': 1.0}`.",
+        "WARNING 12-04 21:10:55 [api_router.py:30] LoRA dynamic loading & unloading is enabled in the API server.",
+        "WARNING 12-04 21:11:02 [input_processor.py:282] Passing raw prompts to InputProcessor is deprecated and will "
+        "be removed in v0.18.",
     ]
     assert any(entry.matches(line) for line in seen) and len(entry.reason) > 20
 
