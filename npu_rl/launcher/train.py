@@ -33,9 +33,9 @@ from ..patches.consistency import verdict_error
 from ..patches.guard import VERL_0_6_1
 from ..platform import devices
 from ..recipe.schema import Recipe
-from .overrides import verl_release
 from .preflight import check_launch
 from .ray_local import LocalRayHead
+from .releases import verl_release
 from .spec import LaunchSpec, build_launch
 from .watchdog import StepClock, Watchdog, dump_stacks, hang_message
 

@@ -16,6 +16,7 @@ from __future__ import annotations
 import json
 import os
 import subprocess
+import time
 from pathlib import Path
 
 import pytest
@@ -69,6 +70,25 @@ def _train(ws: Path, steps: int, **more) -> tuple[int, str]:
     return proc.returncode, proc.stdout + proc.stderr
 
 
+def _left_behind(ws: Path, within_s: float = 20.0) -> list[str]:
+    """Processes still running with the run's workspace in their environment (every process the run started
+    inherits it: the Ray head, its workers, the vLLM servers and their engine processes)."""
+    import psutil
+
+    deadline = time.monotonic() + within_s
+    while True:
+        left = []
+        for proc in psutil.process_iter(["pid", "name"]):
+            try:
+                if proc.environ().get("NPU_RL_WORKSPACE") == str(ws) and proc.pid != os.getpid():
+                    left.append(f"{proc.pid} {proc.info['name']}")
+            except (psutil.NoSuchProcess, psutil.AccessDenied, psutil.ZombieProcess):
+                continue
+        if not left or time.monotonic() > deadline:
+            return left
+        time.sleep(1)
+
+
 def _metrics(recipe, start: int) -> list[dict]:
     path = run_files.metrics_file(recipe, start)
     return [json.loads(line)["data"] for line in path.read_text().splitlines() if line.strip()]
@@ -87,6 +107,7 @@ def test_tiny_recipe_trains_and_resumes_on_verl_0_9(tmp_path, monkeypatch, tiny_
     assert code == 0, out[-4000:]
     assert "npu-rl: finished at global_step_2" in out, out[-2000:]
     assert "Traceback" not in out
+    assert _left_behind(tmp_path) == []  # the stop ended every process the run started, vLLM's among them
 
     verdict = json.loads((run_files.log_root(recipe) / "workers.json").read_text())
     assert verdict["error"] is None
@@ -125,5 +146,6 @@ def test_tiny_recipe_trains_and_resumes_on_verl_0_9(tmp_path, monkeypatch, tiny_
     (step,) = gate["steps"]
     assert step["step"] == 3 and not step["ok"] and (step["probs_diff_mean"] > 0.1 or step["probs_corr"] < 0.9)
     assert METRIC in line or "correlate" in line
-    # Stopped before the update: step 3 was neither trained nor saved.
+    # Stopped before the update: step 3 was neither trained nor saved; nothing of the run is left.
     assert run_files.step_numbers(run_files.checkpoint_root(recipe)) == [2]
+    assert _left_behind(tmp_path) == []

@@ -1,0 +1,71 @@
+"""What a launch says differently for each verl release a stack line pins (configs/stacks/): the keys verl
+moved, and what a CPU host needs said in verl's own config once the rollout is a server. The launcher's
+overrides (npu_rl.launcher.overrides) are written in verl 0.6.1's keys and pass through here."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from .. import versions
+from ..patches.guard import VERL_0_6_1
+from ..recipe.schema import Recipe
+
+# verl 0.9 on a CPU host, beside rollout_server_on_cpu's values.
+SERVER_ON_CPU = [
+    # verl 0.9 runs 8 agent-loop and 8 reward-loop workers by default (config/rollout/rollout.yaml:242,
+    # config/reward/reward.yaml:5), each a Ray actor with its own Python: one each on a CPU host.
+    "actor_rollout_ref.rollout.agent.num_workers=1",
+    "reward.num_workers=1",
+    # TransferQueue's storage units are actors too (config/transfer_queue/*: 8 by default).
+    "transfer_queue.backend.SimpleStorage.num_data_storage_units=2",
+    # A dataclass field of the rollout config, absent from its yaml (workers/config/rollout.py:268).
+    "+actor_rollout_ref.rollout.enable_sleep_mode=False",
+]
+
+
+def rollout_server_on_cpu(release: str, kv: list[tuple[str, Any]]) -> list[tuple[str, Any]]:
+    """A CPU launch's ``(key, value)`` overrides with vLLM's CPU backend as verl 0.9's rollout server: what
+    the 0.6.1 line's ``cpu`` patch changed inside verl's in-process rollout (npu_rl.patches.cpu_platform
+    ``_vllm_on_cpu``), said here in verl's own keys."""
+    if release == VERL_0_6_1:
+        return kv
+    on_cpu = {
+        # vLLM offers sleep mode on CUDA only; verl sleeps and wakes the server only with free_cache_engine
+        # (verl v0.9.0 workers/rollout/vllm_rollout/vllm_async_server.py:792, :817): the weights and KV cache
+        # stay in host memory between rollouts.
+        "actor_rollout_ref.rollout.free_cache_engine": False,
+        # No graphs to capture on a CPU (cudagraph capture is verl's default, vllm_async_server.py:273).
+        "actor_rollout_ref.rollout.enforce_eager": True,
+        # The engine samples in bfloat16, as on NPU (verl's default, config/rollout/rollout.yaml:43); training
+        # keeps model.dtype.
+        "actor_rollout_ref.rollout.dtype": "bfloat16",
+    }
+    return [(k, on_cpu.get(k, v)) for k, v in kv] + [(k, v) for k, v in on_cpu.items() if k not in dict(kv)]
+
+
+def verl_release(recipe: Recipe) -> str:
+    """The verl release of the recipe's stack line, which decides its keys and its patches' code."""
+    return versions.line_verl(recipe.stack_line)
+
+
+# Keys verl moved after 0.6.1, by the first release that reads only the new place. verl 0.9.0 reads the
+# reward from reward.* (trainer/ppo/reward.py:70, `config.reward.get("custom_reward_function")`;
+# config/reward/reward.yaml), and its main_ppo no longer moves the top-level keys there: only the fully async
+# entry point calls migrate_legacy_reward_impl (experimental/reward_loop/reward_loop.py:39-87,
+# experimental/fully_async_policy/fully_async_main.py:237), so the old keys compose and are ignored.
+MOVED_KEYS = {
+    "custom_reward_function": "reward.custom_reward_function",
+    "reward_model.reward_manager": "reward.reward_manager.name",
+}
+
+
+def for_release(override: str, release: str) -> str:
+    """One ``key=value`` override as ``release`` names its key."""
+    if release == VERL_0_6_1:
+        return override
+    prefix = "+" if override.startswith("+") else ""
+    key, eq, value = override.lstrip("+").partition("=")
+    for old, new in MOVED_KEYS.items():
+        if key == old or key.startswith(old + "."):
+            return f"{prefix}{new}{key[len(old) :]}{eq}{value}"
+    return override
