@@ -33,17 +33,14 @@ LINE_FIRST_STEP_S = 420
 
 def line_sets(stack: str | None) -> dict[str, object]:
     """What the demo's recipe needs on another stack line than the default: its name, vLLM where the
-    line's verl has no in-process rollout, and the old_log_prob pass where the skip is not ported."""
+    line's verl has no in-process rollout."""
     from . import versions  # lazy: the demo's own imports stay light
-    from .patches.guard import unsupported
 
     if stack is None or stack == versions.default_line():
         return {}
     sets: dict[str, object] = {"stack": stack, "watchdog.first_step_s": LINE_FIRST_STEP_S}
     if "hf" not in versions.get("verl.rollouts", versions.load(stack=stack)):
         sets.update(VLLM_SETS)
-    if unsupported(["old_log_prob"], versions.line_verl(stack)):
-        sets["optimizations.recompute_old_log_prob"] = True
     return sets
 
 

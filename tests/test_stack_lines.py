@@ -113,10 +113,7 @@ def test_a_rollout_the_lines_verl_does_not_know_is_refused(tmp_path):
 def test_a_launch_whose_patches_are_not_ported_to_the_lines_verl_stops_before_ray(tmp_path):
     # Every patch is fingerprinted per verl release: on a line whose release they lack, each would refuse
     # verl in every Ray worker, minutes in. The launch's own preflight says so first, before Ray starts.
-    out = _cli(
-        "train", "--recipe", "tiny_math_cpu", "--set", f"stack={NEW}", "--set", "rollout.name=vllm", "--rehearse",
-        cwd=tmp_path,
-    )  # fmt: skip
+    out = _cli("train", "--recipe", "deepseek_r1_671b_a3", "--set", f"stack={NEW}", "--rehearse", cwd=tmp_path)
     assert out.returncode == 2, out.stderr
     [line] = out.stderr.strip().splitlines()
     assert (
@@ -126,7 +123,7 @@ def test_a_launch_whose_patches_are_not_ported_to_the_lines_verl_stops_before_ra
     assert "ray" not in out.stdout.lower()
     # The names are the launch's: what is not ported to verl 0.9.0 yet (docs/stacks.md), nothing else.
     named = line.split("patches: ", 1)[1].split(" not ported", 1)[0].split(", ")
-    assert named == ["old_log_prob", "rehearse"]
+    assert named == ["reshard"]
     assert set(named) <= set(PATCHES) and guard.unsupported(named, "0.9.0") == named
 
 
@@ -134,10 +131,7 @@ def _launch(stack: str):
     from npu_rl.launcher.spec import build_launch, hydra_args
     from npu_rl.recipe import load_recipe
 
-    recipe = load_recipe(
-        "tiny_math_cpu",
-        {"stack": stack, "rollout.name": "vllm", "optimizations.recompute_old_log_prob": True},
-    )
+    recipe = load_recipe("tiny_math_cpu", {"stack": stack, "rollout.name": "vllm"})
     spec = build_launch(recipe)
     return spec, dict(o.lstrip("+").split("=", 1) for o in hydra_args(spec.argv)[1])
 
@@ -160,8 +154,16 @@ def test_the_launch_speaks_the_lines_verl():
     assert spec.env["VERL_PLATFORM"] == "cpu"
     assert "swanlab_finish" not in spec.patches  # verl 0.9's TaskRunnerV1 finishes the tracker itself
     assert kv["ray_kwargs.ray_init.runtime_env.env_vars.VERL_PLATFORM"] == "'cpu'"
+    # The recipe's old_log_prob skip is verl 0.9's own bypass mode (the rollout's log-probs as old_log_probs),
+    # not the 0.6.1 patch and its actor subclass; the gate still runs the pass on its steps.
+    assert kv["algorithm.rollout_correction.bypass_mode"] == "True"
+    assert kv["actor_rollout_ref.rollout.calculate_log_probs"] == "True"
+    assert "old_log_prob" not in spec.patches and "consistency" in spec.patches
+    assert not any(k.startswith("actor_rollout_ref.actor._target_") or "recompute_old_log_prob" in k for k in kv)
 
     seeds, old = _launch(versions.default_line())
+    assert "old_log_prob" in seeds.patches and "algorithm.rollout_correction.bypass_mode" not in old
+    assert old["actor_rollout_ref.actor.recompute_old_log_prob"] == "False"
     assert old["custom_reward_function.path"] == kv["reward.custom_reward_function.path"]
     assert old["reward_model.reward_manager"] == "naive" and "reward.reward_manager.name" not in old
     assert old["actor_rollout_ref.rollout.dtype"] == "float32"  # the 0.6.1 cpu patch casts in the engine
@@ -219,8 +221,8 @@ def test_doctor_refuses_a_recipe_of_another_line_in_this_environment(tmp_path):
 
 
 def test_the_demo_on_the_new_line_selects_only_patches_ported_there():
-    # `make demo STACK=cann9.1-verl0.9`: vLLM (verl 0.9 has no hf rollout), the pass verl runs (the skip is not
-    # ported), the gate on it; every patch its launch selects has verl 0.9.0's code.
+    # `make demo STACK=cann9.1-verl0.9`: vLLM (verl 0.9 has no hf rollout), the recipe's skip as verl's bypass
+    # mode, the gate on its steps; every patch its launch selects has verl 0.9.0's code.
     from npu_rl.demo import LINE_FIRST_STEP_S, VLLM_SETS, line_sets
     from npu_rl.launcher.spec import build_launch
     from npu_rl.recipe import load_recipe
@@ -231,7 +233,6 @@ def test_the_demo_on_the_new_line_selects_only_patches_ported_there():
         "stack": NEW,
         "watchdog.first_step_s": LINE_FIRST_STEP_S,
         **VLLM_SETS,
-        "optimizations.recompute_old_log_prob": True,
     }
     recipe = load_recipe("tiny_math_cpu", sets)
     assert recipe.consistency_gated
@@ -256,6 +257,7 @@ for path in sorted(Path("configs/recipes").glob("*.yaml")):
         str(cfg.reward.custom_reward_function.path),
         str(cfg.reward.reward_manager.name),
         [ro.tensor_model_parallel_size, ro.data_parallel_size, ro.expert_parallel_size],
+        [bool(cfg.algorithm.rollout_correction.bypass_mode), bool(ro.calculate_log_probs)],
     ]
 print(json.dumps(out))
 """
@@ -282,9 +284,12 @@ def test_every_recipe_composes_through_the_new_lines_verl_config(tmp_path):
     from npu_rl.launcher.spec import build_launch
     from npu_rl.recipe import load_recipe
 
-    for name, (reward_path, manager, (tp, dp, ep)) in composed.items():
+    for name, (reward_path, manager, (tp, dp, ep), (bypass, log_probs)) in composed.items():
         assert reward_path.endswith("npu_rl/reward/math.py") and manager == "naive", (name, reward_path, manager)
         recipe = load_recipe(name, {"stack": NEW, **({"rollout.name": "vllm"} if name == "tiny_math_cpu" else {})})
+        # The skip where the recipe asks for it, as verl's bypass mode with the rollout's log-probs to use.
+        skip = not recipe.optimizations.recompute_old_log_prob
+        assert bypass == skip and (log_probs or not skip), (name, bypass, log_probs)
         if recipe.rollout.expert_parallel:
             # vllm_dp retired: verl 0.9 hands vLLM the DP and EP sizes itself, EP = TP x DP.
             assert (dp, ep) == (recipe.rollout.data_parallel_size, tp * recipe.rollout.data_parallel_size), name
@@ -293,6 +298,7 @@ def test_every_recipe_composes_through_the_new_lines_verl_config(tmp_path):
         else:
             assert (dp, ep) == (1, 1), name
     assert any(load_recipe(n).rollout.expert_parallel for n in composed)  # the DeepSeek and Qwen3-235B recipes
+    assert any(bypass for *_, (bypass, _) in composed.values())
 
 
 def test_the_makefile_reads_the_default_line_as_npu_rl_does():

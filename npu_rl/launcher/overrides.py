@@ -13,10 +13,18 @@ from ..patches.consistency import ENV as CONSISTENCY_ENV
 from ..patches.cpu_plugin import PLATFORM as VERL_CPU_PLATFORM
 from ..patches.guard import VERL_0_6_1
 from ..patches.old_log_prob import hydra_overrides as old_log_prob_overrides
+from ..patches.rehearse import NPU_PLATFORM_NAME as VERL_NPU_PLATFORM
 from ..recipe.schema import Recipe
 from .hydra import hydra_value
 from .megatron import megatron_env, megatron_overrides, megatron_patches
-from .releases import SERVER_ON_CPU, for_release, rollout_server_on_cpu, verl_release
+from .releases import (
+    BYPASS_OLD_LOG_PROB,
+    SERVER_ON_CPU,
+    for_release,
+    rollout_server_on_cpu,
+    skips_by_bypass,
+    verl_release,
+)
 
 
 def reward_function_path(recipe: Recipe) -> str:
@@ -108,8 +116,9 @@ def build_overrides(recipe: Recipe, resume_from: Path | None = None, restart: bo
         kv.append(("data.dataloader_num_workers", d.dataloader_num_workers))
     if ro.max_num_batched_tokens is not None:
         kv.append(("actor_rollout_ref.rollout.max_num_batched_tokens", ro.max_num_batched_tokens))
-    if recipe.consistency_gated:
-        # The rollout returns its log-probs of the sampled tokens, for the consistency gate to compare.
+    if recipe.consistency_gated or skips_by_bypass(recipe):
+        # The rollout returns its log-probs of the sampled tokens, for the consistency gate to compare (and,
+        # on verl 0.9 with the skip, for the update to use as old_log_probs).
         kv.append(("actor_rollout_ref.rollout.calculate_log_probs", True))
     # Set only when the recipe sets them, so recipes without them keep verl's defaults (and their argv).
     for key in ("top_k", "top_p", "max_num_seqs", "enable_prefix_caching"):
@@ -146,7 +155,9 @@ def build_overrides(recipe: Recipe, resume_from: Path | None = None, restart: bo
     ]
     if m.attn_implementation:
         out.append(f"+actor_rollout_ref.model.override_config.attn_implementation={m.attn_implementation}")
-    if not recipe.optimizations.recompute_old_log_prob:
+    if skips_by_bypass(recipe):
+        out += BYPASS_OLD_LOG_PROB
+    elif not recipe.optimizations.recompute_old_log_prob:
         # verl's actor dataclasses lack the key; the patch's subclasses carry it.
         out += old_log_prob_overrides(act.strategy)
     if act.strategy == "megatron":
@@ -236,8 +247,8 @@ def patches_for(recipe: Recipe) -> list[str]:
         # Retired from verl 0.9 on: TaskRunnerV1.run finishes the tracker in its finally block (verl v0.9.0
         # trainer/main_ppo.py:158-162, utils/tracking.py:195-217 Tracking.finish).
         names.append("swanlab_finish")
-    if not recipe.optimizations.recompute_old_log_prob:
-        names.append("old_log_prob")
+    if not recipe.optimizations.recompute_old_log_prob and not skips_by_bypass(recipe):
+        names.append("old_log_prob")  # retired on verl 0.9: its bypass mode (BYPASS_OLD_LOG_PROB)
     if recipe.consistency_gated:
         names.append("consistency")  # after old_log_prob: it wraps the worker group the skip has set up
     if recipe.rollout.expert_parallel and verl_release(recipe) == VERL_0_6_1:
@@ -269,6 +280,11 @@ def run_env(recipe: Recipe, start_step: int | None) -> dict[str, str]:
             # verl 0.9 takes its platform from here, else detects one and falls back to nvidia (verl v0.9.0
             # plugin/platform/platform_manager.py:92-117); the cpu patch registers this one.
             env["VERL_PLATFORM"] = VERL_CPU_PLATFORM
+    if recipe.resources.platform != "cpu" and verl_release(recipe) != VERL_0_6_1:
+        # Named, not detected: verl 0.9 falls back to nvidia where torch_npu fails to import and then moves
+        # trainer.device to cuda (utils/device.py:150-165). An Atlas host detects the same platform; a
+        # rehearsal without torch_npu gets the rehearse patch's stand-in of it.
+        env["VERL_PLATFORM"] = VERL_NPU_PLATFORM
     if recipe.consistency_gated:
         c = recipe.consistency
         env[CONSISTENCY_ENV] = json.dumps(

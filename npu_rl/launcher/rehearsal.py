@@ -23,6 +23,7 @@ from ..errors import UserError
 from ..recipe.schema import Recipe
 from .preflight import check_launch
 from .ray_local import LocalRayHead
+from .releases import logical_cpus
 from .spec import build_launch
 
 # Lines that name why a Python process died (the last one wins).
@@ -74,7 +75,9 @@ def run_rehearsal(recipe: Recipe, timeout: float = 300.0) -> Rehearsal:
     # Its raylet gets none of the run's variables, as a pod's `npu-rl ray head|worker` has none: the
     # patches and the recipe's variables must reach every worker through the argv's runtime_env.
     with (
-        LocalRayHead(port=None, num_cpus=2, npus=0, env=_without(os.environ, spec.env), inherit=False) as head,
+        LocalRayHead(
+            port=None, num_cpus=logical_cpus(recipe), npus=0, env=_without(os.environ, spec.env), inherit=False
+        ) as head,
         open(log_file, "w", encoding="utf-8") as log,
     ):
         env = {**os.environ, **spec.env, "RAY_ADDRESS": head.address}

@@ -43,6 +43,20 @@ def rollout_server_on_cpu(release: str, kv: list[tuple[str, Any]]) -> list[tuple
     return [(k, on_cpu.get(k, v)) for k, v in kv] + [(k, v) for k, v in on_cpu.items() if k not in dict(kv)]
 
 
+# The old_log_prob skip (``optimizations.recompute_old_log_prob: false``) from verl 0.9 on is verl's own bypass
+# mode: ``_compute_old_log_prob`` copies the rollout's log-probs into ``old_log_probs`` instead of running the
+# pass (verl v0.9.0 trainer/ppo/v1/trainer_base.py:1484-1493), and the rollout correction it would otherwise
+# run on them is off (:1609-1613). It needs the rollout's log-probs (``calculate_log_probs``). Not the 0.6.1
+# patch's shortcut (the update's own detached log-probs, a ratio of exactly 1): the update's ratio is
+# pi_theta / pi_rollout, 1 up to the rollout's precision, which the consistency gate bounds on its steps.
+BYPASS_OLD_LOG_PROB = ["algorithm.rollout_correction.bypass_mode=True"]
+
+
+def skips_by_bypass(recipe: Recipe) -> bool:
+    """The recipe skips the old_log_prob pass through verl's bypass mode (verl 0.9), not npu-rl's patch."""
+    return not recipe.optimizations.recompute_old_log_prob and verl_release(recipe) != VERL_0_6_1
+
+
 def verl_release(recipe: Recipe) -> str:
     """The verl release of the recipe's stack line, which decides its keys and its patches' code."""
     return versions.line_verl(recipe.stack_line)
@@ -69,3 +83,14 @@ def for_release(override: str, release: str) -> str:
         if key == old or key.startswith(old + "."):
             return f"{prefix}{new}{key[len(old) :]}{eq}{value}"
     return override
+
+
+def logical_cpus(recipe: Recipe) -> int:
+    """Ray's CPU count for a local run (logical: Ray schedules by it, the kernel does not). verl 0.6.1 needs
+    one per worker plus its TaskRunner. verl 0.9's workers each take a bundle of 3 (ResourcePoolManager's
+    max_colocate_count, single_controller/ray/base.py:146, :192), and its agent-loop, reward-loop, rollout
+    server and TransferQueue actors one each: its controller and every storage unit start before any worker
+    (transfer_queue 0.1.8 controller.py:935, storage/simple_storage.py:137; 8 units unless the launch says
+    fewer), so a rehearsal's Ray must offer them too."""
+    world = recipe.resources.world_size
+    return world + 2 if verl_release(recipe) == VERL_0_6_1 else 3 * world + 10

@@ -30,12 +30,11 @@ from ..console.train import TrainConsole, choose_mode
 from ..errors import UserError
 from ..exit_codes import Exit
 from ..patches.consistency import verdict_error
-from ..patches.guard import VERL_0_6_1
 from ..platform import devices
 from ..recipe.schema import Recipe
 from .preflight import check_launch
 from .ray_local import LocalRayHead
-from .releases import verl_release
+from .releases import logical_cpus
 from .spec import LaunchSpec, build_launch
 from .watchdog import StepClock, Watchdog, dump_stacks, hang_message
 
@@ -171,15 +170,6 @@ def _attempt(
         kept = run_files.latest_step(recipe)
         error += f"; checkpoints up to step {kept} are kept, re-run to resume" if kept else "; no checkpoint was saved"
     return code, error
-
-
-def logical_cpus(recipe: Recipe) -> int:
-    """Ray's CPU count for a local run (logical: Ray schedules by it, the kernel does not). verl 0.6.1 needs
-    one per worker plus its TaskRunner. verl 0.9's workers each take a bundle of 3 (ResourcePoolManager's
-    max_colocate_count, single_controller/ray/base.py:146, :192), and its agent-loop, reward-loop, rollout
-    server and TransferQueue actors one each."""
-    world = recipe.resources.world_size
-    return world + 2 if verl_release(recipe) == VERL_0_6_1 else 3 * world + 10
 
 
 def _keep(log: TextIO, text: str) -> None:

@@ -18,7 +18,8 @@ nothing. On other steps it drops the rollout's
 log-probs so verl does not compare them with the skip's NaN placeholders. Each verdict goes to
 ``NPU_RL_CONSISTENCY_FILE`` (JSON); a failed gate raises in the TaskRunner: ``Exit.INCONSISTENT``.
 
-On verl 0.9.0 the pass runs every step (the skip is not ported there) and already computes both measures when
+On verl 0.9.0 the skip is verl's own bypass mode (npu_rl.launcher.releases ``BYPASS_OLD_LOG_PROB``); on the
+gate's steps the gate turns it off for the one call, so the pass runs, and the pass computes both measures when
 the rollout returns log-probs (``PPOTrainer._compute_old_log_prob``, verl v0.9.0
 trainer/ppo/v1/trainer_base.py:1479-1538, ``calculate_debug_metrics`` at :1534-1536), at the sampling
 temperature on both sides (the pass divides by it, :1496-1502; vLLM 0.23 reports log-probs after it,
@@ -79,6 +80,8 @@ SERVER_ADAPTER = "verl.workers.rollout.vllm_rollout.vllm_rollout"
 DEBUG_METRICS = "verl.utils.debug.metrics"
 FINGERPRINTS_0_9_0 = {
     f"{TRAINER_BASE}:PPOTrainer._compute_old_log_prob": "47e705af8fb4cc5f",
+    # Reads bypass_mode at each call: the due step's pass leaves the rollout correction off.
+    f"{TRAINER_BASE}:PPOTrainer._compute_advantage": "723b42cbdaf4d56d",
     f"{DEBUG_METRICS}:calculate_debug_metrics": "5e8ae0689ea96c24",
     f"{SERVER_ADAPTER}:ServerAdapter.update_weights": "d0dc82de07a73094",
 }
@@ -262,14 +265,25 @@ def patch_trainer_base(original):
     state: dict[str, Any] = {}
 
     def _compute_old_log_prob(self, batch, metrics, *args, **kwargs):
-        out = original(self, batch, metrics, *args, **kwargs)
-        gate = Gate.from_env()
-        if gate is None:
-            return out
+        if "gate" not in state:  # read once, as the 0.6.1 gate does at init
+            state["gate"] = Gate.from_env()
+        gate: Gate | None = state["gate"]
         step = int(self.global_steps)
         first = state.setdefault("first", step)
-        if not gate.due(step, first):
-            return out
+        if gate is None or not gate.due(step, first):
+            return original(self, batch, metrics, *args, **kwargs)
+        # A due step runs the pass even where the skip is verl's bypass mode (npu_rl.launcher.releases
+        # BYPASS_OLD_LOG_PROB): bypass off for this one call, so verl computes old_log_probs and both measures.
+        # _compute_advantage reads the flag again, on again by then: no rollout correction, as on other steps.
+        correction = self.config.algorithm.get("rollout_correction", None)
+        bypass = correction is not None and bool(correction.get("bypass_mode", False))
+        if bypass:
+            correction.bypass_mode = False
+        try:
+            out = original(self, batch, metrics, *args, **kwargs)
+        finally:
+            if bypass:
+                correction.bypass_mode = True
         verdicts = state.setdefault("verdicts", Verdicts(gate.max_probs_diff_mean, gate.min_probs_corr))
         path = os.environ.get(FILE_ENV)
         if METRIC not in metrics:  # verl measures only what the rollout returned

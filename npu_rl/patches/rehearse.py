@@ -12,6 +12,14 @@ the nodes the launch's cluster registers (``NPU_RL_REHEARSE_NODES``: what ``npu-
 ``ray start``), and builds the worker config dataclasses the workers build first (``omega_conf_to_dataclass`` of
 actor, rollout, ref and ``HFModelConfig``). The findings go to ``NPU_RL_REHEARSE_REPORT`` (JSON) and
 :class:`RehearsalComplete` ends the TaskRunner; the launcher reads the report, not the exit code.
+
+On verl 0.9.0 the same boundary sits in ``TaskRunnerV1.run`` -> ``PPOTrainer.init`` -> ``PPOTrainer._setup``, after
+the tokenizer, the datasets and the resource pool spec, at ``ResourcePoolManager.create_resource_pool`` (verl
+v0.9.0 trainer/ppo/v1/trainer_base.py:229-234; the manager now lives in single_controller/ray/base.py:185-210).
+verl 0.9 asks its platform for the Ray resource a worker reserves (base.py:139-148) and sets
+``trainer.device`` from it (utils/device.py:150-165), so an Ascend recipe rehearsed where torch_npu cannot be
+imported runs on a stand-in of verl's own Ascend platform (:func:`stand_in_npu_platform`): verl's class, with
+no device behind it (``is_available`` false; its device module an error, never reached before the stop).
 """
 
 from __future__ import annotations
@@ -24,13 +32,17 @@ from pathlib import Path
 from typing import Any
 
 from . import installed, selected
-from .guard import RAY_BASE, RAY_TRAINER, VERL_0_6_1, Patch
+from .guard import RAY_BASE, RAY_TRAINER, TRAINER_BASE, VERL_0_6_1, VERL_0_9_0, Patch, installed_verl_version
 
 PATCH_NAME = "rehearse"
 REPORT_ENV = "NPU_RL_REHEARSE_REPORT"
 NODES_ENV = "NPU_RL_REHEARSE_NODES"
 STOPPED_AT = (
     "ResourcePoolManager.create_resource_pool, the first step of RayPPOTrainer.init_workers: "
+    "no placement group reserved, no worker started"
+)
+STOPPED_AT_0_9 = (
+    "ResourcePoolManager.create_resource_pool, in PPOTrainer._setup after the tokenizer and the datasets: "
     "no placement group reserved, no worker started"
 )
 
@@ -43,7 +55,26 @@ FINGERPRINTS = {
     "verl.trainer.main_ppo:TaskRunner.run": "01fba572c691f5cf",
 }
 
-PATCH = Patch(PATCH_NAME, {VERL_0_6_1: FINGERPRINTS})
+NPU_PLATFORM = "verl.plugin.platform.platform_npu"
+# verl 0.9.0's: the trainer's construction and _setup's order up to the stop, the pool creation and the bundle
+# scheme, TaskRunnerV1.run's order, and the Ascend platform the stand-in subclasses.
+FINGERPRINTS_0_9_0 = {
+    f"{TRAINER_BASE}:PPOTrainer.__init__": "372600c3d003d066",
+    f"{TRAINER_BASE}:PPOTrainer._setup": "afd8c8397fb1d0c2",
+    f"{RAY_BASE}:ResourcePoolManager.create_resource_pool": "538bcb1fb37aad97",
+    f"{RAY_BASE}:RayResourcePool.get_placement_groups": "3257354262ab9d56",
+    "verl.trainer.main_ppo:TaskRunnerV1.run": "ffed4efa9d5444f4",
+    f"{NPU_PLATFORM}:PlatformNPU": "73e9d485583529ee",
+    f"{NPU_PLATFORM}:_ensure_torch_npu": "cf9fff58648590d5",
+}
+
+PATCH = Patch(PATCH_NAME, {VERL_0_6_1: FINGERPRINTS, VERL_0_9_0: FINGERPRINTS_0_9_0})
+# The name verl 0.9 registers its Ascend platform under (platform_npu.py:37), for VERL_PLATFORM.
+NPU_PLATFORM_NAME = "huawei"
+NO_DEVICE = (
+    "npu-rl rehearse: verl asked the stand-in Ascend platform for torch.npu before the device boundary "
+    "(torch_npu cannot be imported here)"
+)
 
 _seen: dict[str, Any] = {}
 
@@ -53,9 +84,43 @@ class RehearsalComplete(Exception):
 
 
 # Everything is checked when the trainer is patched: main_ppo runs as __main__ in the driver.
-@PATCH.applies_to(RAY_TRAINER, also=(RAY_BASE, "verl.trainer.main_ppo"))
+@PATCH.applies_to(RAY_TRAINER, also=(RAY_BASE, "verl.trainer.main_ppo"), releases=(VERL_0_6_1,))
 def patch_ray_trainer(module: Any) -> None:
-    trainer_cls, manager_cls = module.RayPPOTrainer, module.ResourcePoolManager
+    _stop_at_pools(module.RayPPOTrainer, module.ResourcePoolManager)
+
+
+@PATCH.applies_to(TRAINER_BASE, also=(RAY_BASE, "verl.trainer.main_ppo"), releases=(VERL_0_9_0,))
+def patch_trainer_base(module: Any) -> None:
+    _stop_at_pools(module.PPOTrainer, module.ResourcePoolManager)
+
+
+@PATCH.applies_to(NPU_PLATFORM, releases=(VERL_0_9_0,))
+def stand_in_npu_platform(module: Any) -> None:
+    """Where torch_npu imports (an Atlas host, the line's image), verl's Ascend platform stays as it is."""
+    if module._ensure_torch_npu():
+        return
+
+    class PlatformNPUStandIn(module.PlatformNPU):
+        """verl's Ascend platform without torch_npu: its names (device npu, Ray resource NPU), no device."""
+
+        def is_available(self) -> bool:
+            return False
+
+        def is_platform_available(self, use_smi_check: bool = False) -> bool:
+            return True
+
+        @property
+        def device_module(self) -> Any:
+            raise RuntimeError(NO_DEVICE)
+
+        def get_device_capability(self, device_index: int = 0) -> tuple[int | None, int | None]:
+            # Asked as verl.trainer.main_ppo is imported (constants_ppo.py:23); an NPU reports none either.
+            return None, None
+
+    module.PlatformRegistry.register(platform=NPU_PLATFORM_NAME)(PlatformNPUStandIn)
+
+
+def _stop_at_pools(trainer_cls: Any, manager_cls: Any) -> None:
     original_init = trainer_cls.__init__
     # Whatever create_resource_pool is installed now (stock, or the cpu patch's) builds the pools.
     build_pools = manager_cls.create_resource_pool
@@ -65,24 +130,27 @@ def patch_ray_trainer(module: Any) -> None:
         original_init(self, *args, **kwargs)
         _seen["trainer"] = self
 
+    stopped_at = STOPPED_AT if installed_verl_version() == VERL_0_6_1 else STOPPED_AT_0_9
+
     def create_resource_pool(self):
         trainer = _seen.get("trainer")
         if trainer is None:  # verl constructs the trainer before init_workers builds its pools
             raise RuntimeError("npu-rl rehearse: resource pools built before RayPPOTrainer was constructed")
         checked = _constructed(trainer)
-        plan = _placement_plan(self, build_pools, trainer)
+        device = _device_name(trainer)
+        plan = _placement_plan(self, build_pools, device)
         checked.append(f"placement: {plan['summary']}")
         checked += _worker_configs(trainer.config)
         _write(
             {
                 "complete": plan["error"] is None,
-                "stopped_at": STOPPED_AT,
+                "stopped_at": stopped_at,
                 "checked": checked,
                 "plan": plan,
                 "error": plan["error"],
             }
         )
-        raise RehearsalComplete(plan["error"] or STOPPED_AT)
+        raise RehearsalComplete(plan["error"] or stopped_at)
 
     trainer_cls.__init__ = __init__
     manager_cls.create_resource_pool = create_resource_pool
@@ -105,21 +173,52 @@ def _write(report: dict) -> None:
         print(f"npu-rl rehearse: {line}", flush=True)
 
 
+def _device_name(trainer: Any) -> str:
+    # verl 0.6.1's trainer keeps the device name; verl 0.9's config holds the one its platform set.
+    return getattr(trainer, "device_name", None) or str(trainer.config.trainer.device)
+
+
+def _reward(trainer: Any) -> str:
+    cfg = trainer.config
+    if installed_verl_version() == VERL_0_6_1:
+        fn = cfg.custom_reward_function
+        return f"reward manager {type(trainer.reward_fn).__name__} with {fn.path}:{fn.name}"
+    # verl 0.9 builds the reward loop after the pools: the function and manager class it will load, loaded.
+    reward: Any = importlib.import_module("verl.trainer.ppo.reward")  # verl 0.9's module (0.6.1's lacks these)
+
+    fn = cfg.reward.custom_reward_function
+    if reward.get_custom_reward_fn(cfg) is None:
+        raise RuntimeError(f"npu-rl rehearse: verl found no reward function at {fn.path}:{fn.name}")
+    return f"reward manager {reward.resolve_reward_manager_cls(cfg).__name__} with {fn.path}:{fn.name}"
+
+
+def _platform() -> str:
+    if installed_verl_version() == VERL_0_6_1:
+        return "device from trainer.device (verl 0.6.1 has no platform layer)"
+    from verl.plugin.platform import get_platform  # lazy: verl
+
+    p = get_platform()
+    return (
+        f"verl platform {type(p).__name__} (device {p.device_name}, Ray resource {p.ray_resource_name()}, "
+        f"device available: {p.is_available()})"
+    )
+
+
 def _constructed(trainer: Any) -> list[str]:
     cfg = trainer.config
     return [
         f"hydra config composed and validated by verl (strategy {cfg.actor_rollout_ref.actor.strategy}, "
-        f"rollout {cfg.actor_rollout_ref.rollout.name}, device {trainer.device_name})",
+        f"rollout {cfg.actor_rollout_ref.rollout.name}, device {_device_name(trainer)})",
+        _platform(),
         f"tokenizer {type(trainer.tokenizer).__name__} loaded from {cfg.actor_rollout_ref.model.path}",
-        f"reward manager {type(trainer.reward_fn).__name__} with {cfg.custom_reward_function.path}:"
-        f"{cfg.custom_reward_function.name}",
+        _reward(trainer),
         f"datasets: {len(trainer.train_dataset)} train rows, {len(trainer.val_dataset)} validation rows",
-        f"RayPPOTrainer constructed: {trainer.total_training_steps} training steps, roles "
+        f"{type(trainer).__name__} constructed: {trainer.total_training_steps} training steps, roles "
         f"{', '.join(sorted(str(r) for r in trainer.role_worker_mapping))}",
     ]
 
 
-def _placement_plan(manager: Any, build_pools, trainer: Any) -> dict:
+def _placement_plan(manager: Any, build_pools, device: str) -> dict:
     """The placement groups verl would reserve, packed onto the launch's nodes."""
     import ray  # lazy: ray
 
@@ -135,15 +234,20 @@ def _placement_plan(manager: Any, build_pools, trainer: Any) -> dict:
             return ray.put(True)
 
     real_pg, real_check = base.placement_group, type(manager)._check_resource_available
+    real_sort = getattr(base, "sort_placement_group_by_node_ip", None)
     base.placement_group = _Recorded
     type(manager)._check_resource_available = lambda self: None
+    if real_sort is not None:  # verl 0.9 sorts the groups by their nodes' addresses as it reserves them
+        base.sort_placement_group_by_node_ip = lambda pgs: pgs
     try:
         build_pools(manager)
         for pool in manager.resource_pool_dict.values():
             # RayWorkerGroup's default bin_pack=True asks for STRICT_PACK (verl 0.6.1 _init_with_resource_pool).
-            pool.get_placement_groups(strategy="STRICT_PACK", device_name=trainer.device_name)
+            pool.get_placement_groups(strategy="STRICT_PACK", device_name=device)
     finally:
         base.placement_group, type(manager)._check_resource_available = real_pg, real_check
+        if real_sort is not None:
+            base.sort_placement_group_by_node_ip = real_sort
     nodes = json.loads(os.environ.get(NODES_ENV, "[]"))
     return {"requested": requested, "nodes": nodes, **pack(requested, nodes)}
 
@@ -186,7 +290,7 @@ def _worker_configs(cfg: Any) -> list[str]:
 
     arr = cfg.actor_rollout_ref
     built = [omega_conf_to_dataclass(arr.model, dataclass_type=HFModelConfig)]
-    for section in (arr.actor, arr.rollout, arr.ref):
+    for section in (arr.actor, arr.rollout, _ref_as_built(arr)):
         if section is not None and "_target_" in section:
             built.append(omega_conf_to_dataclass(section))
     model = built[0].hf_config
@@ -194,3 +298,27 @@ def _worker_configs(cfg: Any) -> list[str]:
         f"model config {type(model).__name__} ({getattr(model, 'num_hidden_layers', '?')} layers) read from "
         f"{arr.model.path}"
     ]
+
+
+# verl 0.9's worker renames the ref's log-prob batch keys to the actor config's before building it
+# (workers/engine_workers.py:538-547, ActorRolloutRefWorker.init_model).
+_REF_RENAMED = {
+    "log_prob_micro_batch_size": "ppo_micro_batch_size",
+    "log_prob_micro_batch_size_per_gpu": "ppo_micro_batch_size_per_gpu",
+    "log_prob_use_dynamic_bsz": "use_dynamic_bsz",
+    "log_prob_max_token_len_per_gpu": "ppo_max_token_len_per_gpu",
+}
+
+
+def _ref_as_built(arr: Any) -> Any:
+    """The ref section as the worker hands it to its dataclass: as it is on verl 0.6.1, renamed on 0.9."""
+    if arr.ref is None or installed_verl_version() == VERL_0_6_1:
+        return arr.ref
+    from omegaconf import OmegaConf, open_dict  # lazy: omegaconf
+
+    ref: Any = OmegaConf.create(OmegaConf.to_container(arr.ref))
+    with open_dict(ref):
+        ref.ppo_mini_batch_size = arr.actor.ppo_mini_batch_size
+        for old, new in _REF_RENAMED.items():
+            ref[new] = ref.pop(old, False if old == "log_prob_use_dynamic_bsz" else None)
+    return ref

@@ -731,8 +731,8 @@ class Recipe(Strict):
     def consistency_gated(self) -> bool:
         """verl 0.6.1: the gate runs where the pass is skipped; with the pass on every step, verl compares the
         rollout's log-probs itself wherever the rollout returns them (training/rollout_probs_diff_*), and never
-        stops. verl 0.9: the pass runs every step (the skip is not ported there) and the gate reads verl's
-        measures of it on its steps (npu_rl.patches.consistency)."""
+        stops. verl 0.9: the gate reads verl's measures of the pass on its steps, where it runs the pass even
+        with the skip on (verl's bypass mode; npu_rl.patches.consistency)."""
         if not self.consistency.enabled:
             return False
         return not self.optimizations.recompute_old_log_prob or versions.line_verl(self.stack_line) != "0.6.1"

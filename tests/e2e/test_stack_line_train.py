@@ -5,8 +5,9 @@ shared memory. Then a second `npu-rl train` resumes it from its newest checkpoin
 landing with noise (the consistency gate's drill).
 
 What it shows: the run ends by itself (exit 0) with every selected patch active in the trainer, both FSDP
-workers, the reward-loop worker and both vLLM servers (attest); the gate passes each step, the rollout's
-log-probs agreeing with the trainer's (the weight sync lands); the reward's parts and the batch fingerprint
+workers, the reward-loop worker and both vLLM servers (attest); the gate runs the pass at the first step and
+passes, the rollout's log-probs agreeing with the trainer's (the weight sync lands), and the next step skips
+the pass (verl's bypass mode, the recipe's recompute_old_log_prob: false); the reward's parts and the batch fingerprint
 reach the metrics; checkpoints rotate after a save completes. The resumed run starts at the checkpoint's step,
 and the gate stops its broken sync before the update, in one line (exit INCONSISTENT): without the gate the
 run would have trained on the noisy policy's samples and exited 0."""
@@ -36,10 +37,7 @@ LINE = "cann9.1-verl0.9"
 SETS = {
     "stack": LINE,
     "rollout.name": "vllm",
-    # The old_log_prob skip is not ported to verl 0.9.0 yet (the preflight refuses the recipe's default on
-    # this line, tests/test_stack_lines.py): verl runs the pass, and the gate reads its measures.
-    "optimizations.recompute_old_log_prob": True,
-    "consistency.every": 1,
+    # The recipe's own old_log_prob skip (verl 0.9's bypass mode there) and its gate (each run's first step).
     "logging.experiment": "line09",
     "checkpoint.save_freq": 1,
     "checkpoint.test_freq": 100,
@@ -122,17 +120,23 @@ def test_tiny_recipe_trains_and_resumes_on_verl_0_9(tmp_path, monkeypatch, tiny_
     assert "verl.plugin.platform.platform_manager:_register_cpu_platform" in applied["cpu"]
     assert "verl.trainer.ppo.v1.trainer_base:_patch_trainer_base" in applied["checkpoint_rotation"]
 
-    # The gate read verl's measures of each step's pass: vLLM's log-probs of the sampled tokens against the
-    # trainer's, so the synced weights are the trained ones.
+    # The gate ran the pass the skip leaves out at the run's first step and read verl's measures of it: vLLM's
+    # log-probs of the sampled tokens against the trainer's, so the synced weights are the trained ones.
     gate = json.loads((run_files.log_root(recipe) / "consistency.json").read_text())
-    assert [(v["step"], v["ok"]) for v in gate["steps"]] == [(1, True), (2, True)] and gate["error"] is None
+    assert [(v["step"], v["ok"]) for v in gate["steps"]] == [(1, True)] and gate["error"] is None
     assert all(v["probs_diff_mean"] < 0.05 and v["probs_corr"] > 0.9 for v in gate["steps"]), gate
-    assert "consistency gate at step 2: rollout probs diff mean" in out
+    assert "consistency gate at step 1: rollout probs diff mean" in out
+    assert "consistency gate at step 2" not in out
     steps = _metrics(recipe, 0)
     assert [int(m["training/global_step"]) for m in steps] == [1, 2]
     for m in steps:
         assert {"reward/acc", "reward/format", "reward/boxed", "batch/fingerprint"} <= set(m), sorted(m)
     assert steps[0]["batch/fingerprint"] != steps[1]["batch/fingerprint"]
+    # Step 2 skipped the pass (verl's bypass mode: the rollout's log-probs are the update's old ones): verl
+    # measured nothing and corrected nothing there, and the update's ratio stayed inside PPO's clip.
+    assert METRIC in steps[0] and METRIC not in steps[1]
+    assert not any(k.startswith("rollout_corr/") for k in steps[1]), sorted(steps[1])
+    assert steps[1]["actor/pg_clipfrac"] < 0.05, steps[1]["actor/pg_clipfrac"]
     # Rotated once step 2's save was complete: the newest one remains (max_to_keep 1).
     assert run_files.step_numbers(run_files.checkpoint_root(recipe)) == [2]
 

@@ -1,0 +1,133 @@
+"""The recipes rehearsed on the cann9.1-verl0.9 stack line: `npu-rl train --rehearse` of that line's CPU
+environment (`make venv STACK=cann9.1-verl0.9`) runs verl 0.9.0's own main_ppo with each launch's exact argv,
+through TaskRunnerV1 and PPOTrainer._setup (tokenizer, datasets, resource pool spec) up to
+ResourcePoolManager.create_resource_pool, where verl would reserve devices.
+
+verl 0.9 takes its device from its platform layer: the Ascend recipes run on the rehearse patch's stand-in of
+verl's own Ascend platform (no torch_npu here), named by the launch (VERL_PLATFORM=huawei), so verl asks for
+NPU bundles and keeps trainer.device npu; left to detect, verl would fall back to nvidia and move the recipe
+to cuda, whose GPU bundles no npu-rl node offers. The recipes whose patches are not ported to verl 0.9.0 yet
+(the reshard) stop in their preflight, in one line.
+
+The stand-ins are the rehearsal tests' own: a tiny Qwen2 and the bundled sample data; the parallel sizes,
+world size and every other setting are the recipe's.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shlex
+import subprocess
+from pathlib import Path
+
+import pytest
+import yaml
+from needs import missing_setup
+
+from npu_rl import versions
+from npu_rl.cli import main
+from npu_rl.launcher.spec import build_launch
+from npu_rl.patches.guard import unsupported
+from npu_rl.paths import project_root, recipes_dir
+from npu_rl.recipe import load_recipe
+
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(900)]
+
+LINE = "cann9.1-verl0.9"
+RECIPES = sorted(p.stem for p in recipes_dir().glob("*.yaml"))
+STANDINS = {"model.path": "models/tiny-qwen2", "data.train_files": "[data/sample/train.parquet]"}
+STANDINS["data.val_files"] = "[data/sample/test.parquet]"
+
+
+def _sets(name: str) -> dict[str, str]:
+    return {"stack": LINE, **STANDINS, **({"rollout.name": "vllm"} if name == "tiny_math_cpu" else {})}
+
+
+def _launch(name: str, ws: Path):
+    """The recipe and its rehearsal's launch, as `npu-rl train --rehearse` in the workspace builds them."""
+    os.environ["NPU_RL_WORKSPACE"] = str(ws)
+    try:
+        recipe = load_recipe(name, {k: yaml.safe_load(v) for k, v in _sets(name).items()})
+        return recipe, build_launch(recipe, rehearse=True)
+    finally:
+        os.environ.pop("NPU_RL_WORKSPACE")
+
+
+def _ported(name: str) -> bool:
+    recipe = load_recipe(name, {"stack": LINE, **({"rollout.name": "vllm"} if name == "tiny_math_cpu" else {})})
+    return not unsupported(build_launch(recipe, rehearse=True).patches, versions.line_verl(LINE))
+
+
+@pytest.fixture(scope="module")
+def workspace(tmp_path_factory, tiny_model):
+    exe = project_root() / f".venv-{LINE}" / "bin" / "npu-rl"
+    if not exe.is_file():
+        missing_setup(f"the {LINE} CPU environment", f"make venv STACK={LINE}")
+    ws = tmp_path_factory.mktemp("rehearse-line")
+    os.environ["NPU_RL_WORKSPACE"] = str(ws)
+    try:
+        tiny_model(ws / "models/tiny-qwen2", steps=1)
+        assert main(["data", "math", "--from", "sample", "--out", str(ws / "data/sample")]) == 0
+    finally:
+        os.environ.pop("NPU_RL_WORKSPACE")
+    return ws, exe
+
+
+def _rehearse(ws: Path, exe: Path, name: str) -> subprocess.CompletedProcess:
+    env = {**os.environ, "NPU_RL_WORKSPACE": str(ws)}
+    env.pop("RAY_ADDRESS", None)
+    args = [a for k, v in _sets(name).items() for a in ("--set", f"{k}={v}")]
+    return subprocess.run(
+        [str(exe), "train", "--recipe", name, "--rehearse", *args],
+        env=env, capture_output=True, text=True, timeout=600,
+    )  # fmt: skip
+
+
+# Rehearsed on the seeds' line and composed on this one (tests/test_stack_lines.py), not rehearsed here: it
+# differs from the 1-card recipe only in its world size, and Qwen3-32B's 2 x 16 cards cover a larger world
+# (each rehearsal through verl 0.9 takes about two minutes here).
+LIKE_ANOTHER = {"qwen2_5_1_5b_math_a2_4card"}
+
+
+@pytest.mark.parametrize("name", [n for n in RECIPES if _ported(n) and n not in LIKE_ANOTHER])
+def test_recipe_rehearses_through_verl_0_9_to_the_device_boundary(name, workspace):
+    ws, exe = workspace
+    out = _rehearse(ws, exe, name)
+    assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
+    assert f"rehearsal of {name} passed" in out.stdout and "Traceback" not in out.stderr
+
+    recipe, spec = _launch(name, ws)
+    report = json.loads(spec.rehearsal_report.read_text())
+    assert report["complete"] and report["stopped_at"].startswith("ResourcePoolManager.create_resource_pool")
+    # The launch's argv ran, with the line environment's Python (this process's builds it with its own).
+    ran = shlex.split((spec.log_dir / "rehearsal.log").read_text().splitlines()[0].removeprefix("$ "))
+    assert ran[1:] == list(spec.argv[1:])
+    assert Path(ran[0]).parent == exe.parent
+    assert set(spec.patches) <= set(report["patches_in_trainer_process"])
+    checked = report["checked"]
+    if recipe.resources.platform == "cpu":
+        assert "verl platform PlatformCPU (device cpu, Ray resource NPU, device available: True)" in checked
+    else:
+        # verl's Ascend platform, standing in where torch_npu is absent: the recipe keeps its device.
+        assert "verl platform PlatformNPUStandIn (device npu, Ray resource NPU, device available: False)" in checked
+        assert "device npu)" in checked[0], checked[0]
+    # The reward verl 0.9 will load, from where it reads it (reward.custom_reward_function).
+    assert any(c.startswith("reward manager ") and c.endswith("npu_rl/reward/math.py:compute_score") for c in checked)
+    # verl's placement groups: one bundle per device of the recipe's world, one group per node, all fit.
+    res = recipe.resources
+    groups = report["plan"]["requested"]
+    assert [len(g["bundles"]) for g in groups] == [res.devices_per_node] * res.nnodes
+    assert all(b["NPU"] == 1 for g in groups for b in g["bundles"])
+    assert sorted(report["plan"]["placed"]) == list(range(res.nnodes))
+    actor = "McoreActorConfig" if recipe.actor.strategy == "megatron" else "FSDPActorConfig"
+    assert f"worker config {actor} built" in checked
+
+
+@pytest.mark.parametrize("name", [n for n in RECIPES if not _ported(n)])
+def test_a_recipe_whose_patches_are_not_ported_stops_in_its_preflight(name, workspace):
+    ws, exe = workspace
+    out = _rehearse(ws, exe, name)
+    assert out.returncode == 2, out.stdout[-2000:] + out.stderr[-2000:]
+    [line] = out.stderr.strip().splitlines()
+    assert line.startswith("npu-rl: error: patches: reshard not ported to verl 0.9.0"), line
