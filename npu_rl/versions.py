@@ -19,6 +19,10 @@ import yaml
 from .paths import config_dir
 
 STACKS_DIR = "stacks"
+# The verl releases the stack lines pin, by name (npu_rl.patches.guard fingerprints each patch per release;
+# the launcher and the renderers say per release what differs).
+VERL_0_6_1 = "0.6.1"
+VERL_0_9_0 = "0.9.0"
 
 
 def _read(path: Path) -> dict[str, Any]:

@@ -308,3 +308,27 @@ def test_the_makefile_reads_the_default_line_as_npu_rl_does():
     ).stdout  # fmt: skip
     (line,) = [ln for ln in out.splitlines() if ln.startswith("DEFAULT_LINE := ")]
     assert line == f"DEFAULT_LINE := {versions.default_line()}"
+
+
+def test_cpu_pods_of_the_line_register_the_cpus_verl_0_9_takes():
+    # verl 0.9's CPU workers each take a bundle of 3 logical CPUs, beside TransferQueue's and the loops'
+    # actors: a 2-core pod that lets Ray count its own holds no worker, and the run waits for one until the
+    # watchdog stops it (seen: "no training step completed in 420s" on the 2-node CPU cluster). The rendered
+    # pods say how many to register; the seeds' line's and the NPU pods' count their host's.
+    import yaml
+
+    from npu_rl.recipe import load_recipe
+    from npu_rl.render.k8s import K8sOptions, render_text
+
+    def args(name: str, sets: dict) -> dict[str, list[str]]:
+        text = render_text(load_recipe(name, sets), "volcano", options=K8sOptions(ray_port=6379))
+        (job,) = [d for d in yaml.safe_load_all(text) if d and d["kind"] == "Job"]
+        return {t["name"]: t["template"]["spec"]["containers"][0]["args"] for t in job["spec"]["tasks"]}
+
+    two = {"resources.nnodes": 2, "resources.devices_per_node": 1}
+    line = args("tiny_math_cpu", {"stack": NEW, "rollout.name": "vllm", **two})
+    head = line["head"]
+    assert head[head.index("--cpus") + 1] == "13" and head.index("--cpus") < head.index("--")
+    assert line["worker"][-2:] == ["--cpus", "13"]
+    assert not any("--cpus" in a for a in args("tiny_math_cpu", two).values())
+    assert not any("--cpus" in a for a in args("qwen2_5_1_5b_math_a2_1card", {"stack": NEW}).values())

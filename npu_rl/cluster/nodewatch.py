@@ -8,15 +8,22 @@ as gone when Ray marks it dead, or when its raylet's port stops accepting
 connections (a killed pod is seen before Ray's health check gives up on it). A
 frozen node still accepts connections (the kernel answers for it), so it is
 reported when Ray's health check declares it dead.
+
+A departure also ends the run at once (:meth:`NodeWatch.ends`): verl 0.9's trainer
+does not stop on its own when a node goes, its request to the lost node's rollout
+server waiting on (seen on the 2-node CPU cluster: nothing until the watchdog's
+allowance ran out, 90 s later), and no run outlives a node it trains on.
 """
 
 from __future__ import annotations
 
+import subprocess
 import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from . import proctree
 from .probe import Address, port_open
 
 
@@ -50,6 +57,7 @@ class NodeWatch:
         self._refused: dict[str, int] = {}  # consecutive refused probes per node
         self._lock = threading.Lock()
         self._done = threading.Event()
+        self._end: Callable[[], object] | None = None
         self._thread = threading.Thread(target=self._loop, name="npu-rl-nodewatch", daemon=True)
 
     def start(self) -> NodeWatch:
@@ -58,6 +66,10 @@ class NodeWatch:
         self._members = {n["NodeID"]: n for n in ray.nodes() if n.get("Alive")}
         self._thread.start()
         return self
+
+    def ends(self, proc: subprocess.Popen) -> None:
+        """The first departure stops ``proc`` and everything it started (the run's verl driver)."""
+        self._end = lambda: proctree.stop(proc, grace=30.0)
 
     def stop(self) -> None:
         self._done.set()
@@ -85,6 +97,9 @@ class NodeWatch:
             if reason:
                 with self._lock:
                     self.gone[node_id] = Departure(node["NodeManagerAddress"], node_id, self.current_step(), reason)
+                    end, self._end = self._end, None  # once
+                if end is not None:
+                    end()
 
     def settle(self, seconds: float) -> list[Departure]:
         """After the run failed: give a departure that caused it time to show, then report all."""

@@ -22,6 +22,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from ..console import noise
+from ..versions import VERL_0_6_1
 from . import proctree, raylogs
 from .probe import Address, Deadline
 from .rayports import NodeLayout
@@ -57,6 +58,17 @@ def registered_resources(npus: int) -> dict[str, float]:
     for ``{"NPU": 1}`` per NPU worker (verl 0.6.1 ``RayResourcePool.get_placement_groups``).
     """
     return {"NPU": npus}
+
+
+def logical_cpus(workers: int, verl_release: str) -> int:
+    """The CPUs a Ray node registers for ``workers`` CPU worker processes of a recipe on ``verl_release`` (logical:
+    Ray schedules by them, the kernel does not). verl 0.6.1 needs one per worker plus its TaskRunner. verl 0.9's
+    workers each take a bundle of 3 (ResourcePoolManager's max_colocate_count, single_controller/ray/base.py:146,
+    :192), and its agent-loop, reward-loop, rollout-server and TransferQueue actors one each: TransferQueue's
+    controller and every storage unit start before any worker (transfer_queue 0.1.8 controller.py:935,
+    storage/simple_storage.py:137; 8 units unless the launch says fewer), so a rehearsal's Ray must offer them
+    too. A 2-core host counts 2, which holds no verl 0.9 worker."""
+    return workers + 2 if verl_release == VERL_0_6_1 else 3 * workers + 10
 
 
 def _common(spec: NodeSpec) -> list[str]:

@@ -41,6 +41,13 @@ def _starts_ray(p: argparse.ArgumentParser) -> None:
         help="network interface for Ray/HCCL/Gloo (default: the one routing to the head)",
     )
     p.add_argument(
+        "--cpus",
+        type=int,
+        default=None,
+        help="logical CPUs this node registers with Ray (default: Ray counts the host's); rendered for CPU pods "
+        "of recipes whose verl needs more than a small host has",
+    )
+    p.add_argument(
         "--ray-args",
         default=os.environ.get("NPU_RL_RAY_ARGS", ""),
         help="extra `ray start` arguments, one shell-quoted string (default $NPU_RL_RAY_ARGS); a port or "
@@ -194,8 +201,10 @@ def resolve_counts(args: argparse.Namespace, placement) -> tuple[int | None, int
 
 
 def _extra(args: argparse.Namespace) -> list[str]:
+    # --cpus first: a --num-cpus in --ray-args comes later and wins (Ray takes an option's last value).
+    cpus = [f"--num-cpus={_positive(args.cpus, '--cpus')}"] if args.cpus is not None else []
     try:
-        return shlex.split(args.ray_args)
+        return cpus + shlex.split(args.ray_args)
     except ValueError as err:
         raise UserError(f"--ray-args: {err}") from None
 

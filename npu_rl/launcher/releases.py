@@ -7,6 +7,7 @@ from __future__ import annotations
 from typing import Any
 
 from .. import versions
+from ..cluster.raynode import logical_cpus as node_cpus
 from ..patches.guard import VERL_0_6_1
 from ..recipe.schema import Recipe
 
@@ -86,11 +87,5 @@ def for_release(override: str, release: str) -> str:
 
 
 def logical_cpus(recipe: Recipe) -> int:
-    """Ray's CPU count for a local run (logical: Ray schedules by it, the kernel does not). verl 0.6.1 needs
-    one per worker plus its TaskRunner. verl 0.9's workers each take a bundle of 3 (ResourcePoolManager's
-    max_colocate_count, single_controller/ray/base.py:146, :192), and its agent-loop, reward-loop, rollout
-    server and TransferQueue actors one each: its controller and every storage unit start before any worker
-    (transfer_queue 0.1.8 controller.py:935, storage/simple_storage.py:137; 8 units unless the launch says
-    fewer), so a rehearsal's Ray must offer them too."""
-    world = recipe.resources.world_size
-    return world + 2 if verl_release(recipe) == VERL_0_6_1 else 3 * world + 10
+    """Ray's CPU count for a local run of the recipe (npu_rl.cluster.raynode.logical_cpus of its world)."""
+    return node_cpus(recipe.resources.world_size, verl_release(recipe))

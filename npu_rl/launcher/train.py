@@ -134,7 +134,7 @@ def _attempt(
                 )
             nodes = NodeWatch(lambda: clock.last_step).start()
             try:
-                code, error = _run(spec, {"RAY_ADDRESS": address}, log, clock, console)
+                code, error = _run(spec, {"RAY_ADDRESS": address}, log, clock, console, nodes)
                 if code not in (0, Exit.HUNG) and code < 128:  # >128: a signal (the pod stopped), no failure
                     code, error = _departed(nodes.settle(_DEPARTURE_SETTLE_S), code, error)
                 elif code == Exit.HUNG:
@@ -222,15 +222,23 @@ def _departed(gone: list[Departure], code: int, error: str | None) -> tuple[int,
     if not gone:
         return code, error
     lines = "; ".join(d.line() for d in gone)
-    then = f"the watchdog had found the {error}" if code == Exit.HUNG else f"training exited with code {code}"
+    if code == Exit.HUNG:
+        then = f"the watchdog had found the {error}"
+    else:  # a signal's negative code: npu-rl stopped verl when the node went (NodeWatch.ends)
+        then = "training was stopped" if code < 0 else f"training exited with code {code}"
     return Exit.NODE_LOST, f"{lines}; {then}; a restart of the job resumes from the newest complete checkpoint"
 
 
 def _run(
-    spec: LaunchSpec, host_env: dict[str, str], log: TextIO, clock: StepClock, console: TrainConsole | None = None
+    spec: LaunchSpec,
+    host_env: dict[str, str],
+    log: TextIO,
+    clock: StepClock,
+    console: TrainConsole | None = None,
+    nodes: NodeWatch | None = None,
 ) -> tuple[int, str | None]:
     """Run the spec's argv, its output to ``log`` (an open console.log) and through ``console`` to the
-    terminal; stop it on SIGTERM/SIGINT and when the watchdog finds it hung."""
+    terminal; stop it on SIGTERM/SIGINT, when the watchdog finds it hung and when ``nodes`` sees a node go."""
     full_env = {**os.environ, **spec.env, **host_env}
     error, attested = None, False
     hang: dict[str, str] = {}
@@ -250,6 +258,8 @@ def _run(
         )
         assert proc.stdout is not None
         clock.begin()
+        if nodes is not None:
+            nodes.ends(proc)
 
         def on_hang() -> None:
             out_dir = spec.log_dir / time.strftime("hang-%Y%m%d-%H%M%S")

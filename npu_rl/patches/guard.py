@@ -18,6 +18,9 @@ from importlib import metadata
 from pathlib import Path
 from typing import Any
 
+# The releases by name, re-exported for the patches (their home is npu_rl.versions, below every layer).
+from ..versions import VERL_0_6_1 as VERL_0_6_1
+from ..versions import VERL_0_9_0 as VERL_0_9_0
 from .hooks import when_imported
 
 # verl modules that several patches change or fingerprint.
@@ -49,11 +52,6 @@ def _distribution_version() -> str:
         return metadata.version("verl")
     except metadata.PackageNotFoundError:
         return "unknown"
-
-
-# The verl releases the patches know, by the stack line that pins each (configs/stacks/).
-VERL_0_6_1 = "0.6.1"
-VERL_0_9_0 = "0.9.0"
 
 
 def require_verl(patch_name: str, supported: Iterable[str]) -> None:

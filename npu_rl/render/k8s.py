@@ -26,7 +26,7 @@ import yaml
 from jinja2 import Environment
 
 from .. import defaults, exit_codes, versions
-from ..cluster.raynode import registered_resources
+from ..cluster.raynode import logical_cpus, registered_resources
 from ..errors import UserError
 from ..image.spec import spec as image_spec
 from ..platform.devices import HOST_MOUNTS
@@ -185,6 +185,12 @@ def context(recipe: Recipe, target: str, opts: K8sOptions) -> dict:
         "--timeout",
         str(opts.wait_timeout_s),
     ]
+    # CPU pods of a verl 0.9 recipe register the logical CPUs its workers' bundles and actors take, which a
+    # small host lacks (npu_rl.cluster.raynode.logical_cpus); NPU hosts and verl 0.6.1's CPU pods count their own.
+    release = versions.line_verl(recipe.stack_line)
+    cpus = ["--cpus", str(logical_cpus(res.devices_per_node, release))]
+    if res.platform != "cpu" or release == versions.VERL_0_6_1:
+        cpus = []
     if target == "volcano":
         head_args = [
             "npu-rl",
@@ -198,13 +204,14 @@ def context(recipe: Recipe, target: str, opts: K8sOptions) -> dict:
             str(opts.ray_port),
             "--wait-timeout",
             str(opts.wait_timeout_s),
+            *cpus,
             "--",
             *train,
         ]
-        worker_args = ["npu-rl", "ray", "worker", "--devices", devices, "--port", str(opts.ray_port)]
+        worker_args = ["npu-rl", "ray", "worker", "--devices", devices, "--port", str(opts.ray_port), *cpus]
     else:
-        head_args = ["npu-rl", "ray", "head", "--devices", devices]
-        worker_args = ["npu-rl", "ray", "worker", "--devices", devices]
+        head_args = ["npu-rl", "ray", "head", "--devices", devices, *cpus]
+        worker_args = ["npu-rl", "ray", "worker", "--devices", devices, *cpus]
     labels = {
         "app.kubernetes.io/name": "npu-rl",
         "app.kubernetes.io/instance": name,

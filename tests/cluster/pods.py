@@ -73,6 +73,10 @@ def _namespace(binds: dict[Path, Path]) -> list[str]:
 class Pods:
     """One Volcano job's pods on 127.0.0.1; ``start()`` runs them (again), ``kill`` signals one."""
 
+    # Where the pods' `npu-rl` comes from, as the image's PATH has it: this environment's (a stack line's
+    # pods take that line's CPU environment, tests/cluster/test_multinode_line.py).
+    bin_dir = Path(sys.executable).parent
+
     def __init__(self, recipe, work: Path, one_host: bool = False, ray_port: int | None = None):
         self.recipe, self.work, self.one_host = recipe, work, one_host
         self.ws, self.etc, self.secret = work / "ws", work / "etc", work / "secret"
@@ -145,7 +149,7 @@ class Pods:
         args = [_mapped(a, volumes) for a in pod["args"]]
         penv = {k: v for k, v in os.environ.items() if not k.startswith(("VC_", "RAY_", "NPU_RL_", "HCCL_"))}
         penv.update({k: _mapped(v, volumes) for k, v in pod_env.items()})
-        penv.update(PATH=f"{Path(sys.executable).parent}:{penv['PATH']}", PYTHONUNBUFFERED="1")
+        penv.update(PATH=f"{self.bin_dir}:{penv['PATH']}", PYTHONUNBUFFERED="1")
         penv.update(self.harness_env(task), **extra_env)
         with open(log, "w") as out:
             return subprocess.Popen(
