@@ -58,6 +58,7 @@ class NodeWatch:
         self._lock = threading.Lock()
         self._done = threading.Event()
         self._end: Callable[[], object] | None = None
+        self.ended = False  # whether a departure stopped the run (ends)
         self._thread = threading.Thread(target=self._loop, name="npu-rl-nodewatch", daemon=True)
 
     def start(self) -> NodeWatch:
@@ -99,6 +100,7 @@ class NodeWatch:
                     self.gone[node_id] = Departure(node["NodeManagerAddress"], node_id, self.current_step(), reason)
                     end, self._end = self._end, None  # once
                 if end is not None:
+                    self.ended = True
                     end()
 
     def settle(self, seconds: float) -> list[Departure]:

@@ -136,7 +136,7 @@ def _attempt(
             try:
                 code, error = _run(spec, {"RAY_ADDRESS": address}, log, clock, console, nodes)
                 if code not in (0, Exit.HUNG) and code < 128:  # >128: a signal (the pod stopped), no failure
-                    code, error = _departed(nodes.settle(_DEPARTURE_SETTLE_S), code, error)
+                    code, error = _departed(nodes.settle(_DEPARTURE_SETTLE_S), code, error, nodes.ended)
                 elif code == Exit.HUNG:
                     # A frozen node stalls the run like a hung rank until Ray's health check gives up on
                     # it, which may happen while the watchdog dumps: a node that left explains the stall.
@@ -217,15 +217,16 @@ def _cluster(address: str) -> Iterator[None]:
         session.__exit__(None, None, None)
 
 
-def _departed(gone: list[Departure], code: int, error: str | None) -> tuple[int, str | None]:
-    """A failed run during which a node left: that is why it failed, and a restart can resume it."""
+def _departed(gone: list[Departure], code: int, error: str | None, stopped: bool = False) -> tuple[int, str | None]:
+    """A failed run during which a node left: that is why it failed, and a restart can resume it. ``stopped``:
+    the node watch stopped the run when it saw the node go (NodeWatch.ends)."""
     if not gone:
         return code, error
     lines = "; ".join(d.line() for d in gone)
     if code == Exit.HUNG:
         then = f"the watchdog had found the {error}"
-    else:  # a signal's negative code: npu-rl stopped verl when the node went (NodeWatch.ends)
-        then = "training was stopped" if code < 0 else f"training exited with code {code}"
+    else:
+        then = "npu-rl stopped training" if stopped else f"training exited with code {code}"
     return Exit.NODE_LOST, f"{lines}; {then}; a restart of the job resumes from the newest complete checkpoint"
 
 

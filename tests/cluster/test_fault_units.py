@@ -188,3 +188,34 @@ def test_the_watchdog_needs_verls_console_lines():
     with pytest.raises(Exception, match="watchdog.enabled needs 'console'"):
         load_recipe("tiny_math_cpu", {"logging.backends": ["tensorboard"]})
     assert load_recipe("tiny_math_cpu", {"logging.backends": ["tensorboard"], "watchdog.enabled": False})
+
+
+def test_the_first_departure_stops_the_run_once(monkeypatch):
+    # verl 0.9 does not stop when a node goes (its request to the lost node's rollout server waits on): the
+    # node watch stops the run itself, once, and says so (tests/cluster/test_multinode_line.py runs it).
+    import subprocess
+    import sys
+
+    import ray
+
+    from npu_rl.cluster import nodewatch
+
+    node = {"NodeID": "n" * 56, "NodeManagerAddress": "10.0.0.2", "NodeManagerPort": 1, "Alive": True}
+    table = [dict(node)]
+    monkeypatch.setattr(ray, "nodes", lambda: table)
+    watch = nodewatch.NodeWatch(lambda: 2)
+    watch._members = {node["NodeID"]: node}
+    monkeypatch.setattr(nodewatch, "port_open", lambda *a, **k: True)
+    run = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"], start_new_session=True)
+    stops = []
+    real_stop = nodewatch.proctree.stop
+    monkeypatch.setattr(nodewatch.proctree, "stop", lambda p, grace: stops.append(p) or real_stop(p, grace=grace))
+    watch.ends(run)
+    watch.check()
+    assert run.poll() is None and not watch.ended  # alive and answering: nothing stopped
+    table[0]["Alive"] = False
+    watch.check()
+    assert watch.ended and run.wait(timeout=10) != 0 and stops == [run]
+    assert watch.departures()[0].line().startswith(f"node 10.0.0.2 ({'n' * 56}) left the cluster at step 2; Ray:")
+    watch.check()
+    assert stops == [run]  # once

@@ -104,6 +104,7 @@ def test_a_lost_node_ends_the_run_in_one_line_and_leaves_nothing(lost):
     assert lost["seconds"] < NODE_FAULT_EXIT_S, lost["seconds"]
     (line,) = [ln for ln in lost["log"].splitlines() if ln.startswith("npu-rl: error:")]
     assert re.match(r"npu-rl: error: node \S+ \([0-9a-f]{56}\) left the cluster at step 2; ", line), line
+    assert "; npu-rl stopped training; a restart of the job resumes" in line, line
     assert "Traceback" not in lost["log"].split("npu-rl: error:")[-1]
     assert lost["left"] == []
     steps = lost["pods"].in_ws(lambda: run_files.saved_steps(lost["pods"].recipe))
