@@ -13,6 +13,7 @@ from importlib import metadata
 import pytest
 from packaging.requirements import Requirement
 
+import npu_rl
 from npu_rl import versions
 from npu_rl.patches import PATCHES, guard
 from npu_rl.paths import project_root
@@ -332,3 +333,16 @@ def test_cpu_pods_of_the_line_register_the_cpus_verl_0_9_takes():
     assert line["worker"][-2:] == ["--cpus", "13"]
     assert not any("--cpus" in a for a in args("tiny_math_cpu", two).values())
     assert not any("--cpus" in a for a in args("qwen2_5_1_5b_math_a2_1card", {"stack": NEW}).values())
+
+
+def test_a_line_recipes_manifests_name_that_lines_image():
+    # Its pods run the line's verl: the seeds' image would refuse the recipe in its preflight. The default
+    # line's tags stay as they are (the shipped renders under k8s/ and compose/).
+    from npu_rl.recipe import load_recipe
+    from npu_rl.render.k8s import render_text
+
+    for target in ("volcano", "kuberay"):
+        line = render_text(load_recipe("qwen2_5_1_5b_math_a2_1card", {"stack": NEW}), target)
+        seeds = render_text(load_recipe("qwen2_5_1_5b_math_a2_1card"), target)
+        assert f'npu-rl:{npu_rl.__version__}-{NEW}-a2"' in line and f"-{NEW}-" not in seeds, target
+        assert f'npu-rl:{npu_rl.__version__}-a2"' in seeds and f'npu-rl:{npu_rl.__version__}-a2"' not in line

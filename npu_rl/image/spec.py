@@ -27,6 +27,8 @@ ASCEND_TARGETS = ("runtime", "eval")
 class ImageSpec:
     variant: str
     target: str | None  # None: the Dockerfile's last stage (CPU image has one)
+    # The stack line the image is of (configs/stacks/); None: the default line, whose tags name no line.
+    line: str | None = None
 
     @property
     def dockerfile(self) -> str:
@@ -36,7 +38,8 @@ class ImageSpec:
     @property
     def tag(self) -> str:
         suffix = "-eval" if self.target == "eval" else ""
-        return f"npu-rl:{__version__}-{self.variant}{suffix}"
+        line = f"-{self.line}" if self.line else ""
+        return f"npu-rl:{__version__}{line}-{self.variant}{suffix}"
 
 
 def spec(variant: str, target: str | None = None) -> ImageSpec:

@@ -101,14 +101,20 @@ def image_variant(recipe: Recipe) -> str:
     return variant
 
 
-def image_ref(variant: str) -> str:
-    """An image variant as manifests name it: in the registry of configs/versions.yaml."""
+def image_ref(variant: str, line: str | None = None) -> str:
+    """An image variant as manifests name it: in the registry of configs/versions.yaml; another stack line's
+    tag names its line (npu-rl:<version>-<line>-<variant>)."""
     registry = str(versions.get("images.registry")).rstrip("/")
-    return f"{registry}/{image_spec(variant).tag}"
+    spec = image_spec(variant)
+    if line and line != versions.default_line():
+        spec = replace(spec, line=line)
+    return f"{registry}/{spec.tag}"
 
 
 def default_image(recipe: Recipe) -> str:
-    return image_ref(image_variant(recipe))
+    """The image of the recipe's platform and stack line: a recipe of another line than the default one runs
+    in that line's image, whose verl its patches and keys are for (in another, its preflight refuses it)."""
+    return image_ref(image_variant(recipe), recipe.stack_line)
 
 
 def _with_nodes(recipe: Recipe, nodes: int | None) -> Recipe:
