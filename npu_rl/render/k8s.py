@@ -194,9 +194,9 @@ def context(recipe: Recipe, target: str, opts: K8sOptions) -> dict:
     # CPU pods of a verl 0.9 recipe register the logical CPUs its workers' bundles and actors take, which a
     # small host lacks (npu_rl.cluster.raynode.logical_cpus); NPU hosts and verl 0.6.1's CPU pods count their own.
     release = versions.line_verl(recipe.stack_line)
-    cpus = ["--cpus", str(logical_cpus(res.devices_per_node, release))]
-    if res.platform != "cpu" or release == versions.VERL_0_6_1:
-        cpus = []
+    cpus: list[str] = []
+    if res.platform == "cpu" and release != versions.VERL_0_6_1:
+        cpus = ["--cpus", str(logical_cpus(res.devices_per_node, release))]
     if target == "volcano":
         head_args = [
             "npu-rl",
