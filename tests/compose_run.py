@@ -44,8 +44,11 @@ class Compose:
 
 
 @contextmanager
-def compose_project(profile: str, workspace: Path, project: str, **variables: str) -> Iterator[Compose]:
-    """Compose's ``profile`` with WORKSPACE_DIR=``workspace`` and ``variables`` (compose/.env.example's)."""
+def compose_project(
+    profile: str, workspace: Path, project: str, file: Path = COMPOSE_FILE, **variables: str
+) -> Iterator[Compose]:
+    """Compose's ``profile`` of ``file`` with WORKSPACE_DIR=``workspace`` and ``variables``
+    (compose/.env.example's)."""
     tool = require_compose()
     with engine() as eng:
         env = {
@@ -55,7 +58,7 @@ def compose_project(profile: str, workspace: Path, project: str, **variables: st
             "COMPOSE_PROJECT_NAME": f"{project}{os.getpid()}",
             **variables,
         }
-        compose = Compose([tool, "-f", str(COMPOSE_FILE), "--profile", profile], env)
+        compose = Compose([tool, "-f", str(file), "--profile", profile], env)
         try:
             yield compose
         finally:

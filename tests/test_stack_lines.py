@@ -346,3 +346,52 @@ def test_a_line_recipes_manifests_name_that_lines_image():
         seeds = render_text(load_recipe("qwen2_5_1_5b_math_a2_1card"), target)
         assert f'npu-rl:{npu_rl.__version__}-{NEW}-a2"' in line and f"-{NEW}-" not in seeds, target
         assert f'npu-rl:{npu_rl.__version__}-a2"' in seeds and f'npu-rl:{npu_rl.__version__}-a2"' not in line
+
+
+def test_the_lines_images_are_built_from_its_own_lock_and_tagged_with_it():
+    # What `npu-rl image build --stack LINE` hands docker/Dockerfile: the line's lock (which the default
+    # line's build never names), its name for the image's pip check, and the tag its manifests name.
+    from npu_rl.image.spec import build_args, spec
+
+    pins = versions.load(stack=NEW)
+    args = build_args("a3", pins)
+    assert args["NPU_LOCK"] == f"configs/locks/{NEW}/npu.txt" and (project_root() / args["NPU_LOCK"]).is_file()
+    assert args["STACK"] == NEW and args["VERL_VERSION"] == versions.line_verl(NEW)
+    assert args["BASE_IMAGE"] == versions.get("ascend.base_image", pins)
+    assert "NPU_LOCK" not in build_args("a3") and "STACK" not in build_args("a3")
+    assert spec("a3", line=NEW).tag == f"npu-rl:{npu_rl.__version__}-{NEW}-a3"
+    assert spec("a3", line=versions.default_line()).tag == spec("a3").tag
+    for variant, target in (("cpu", None), ("a2", "eval")):
+        with pytest.raises(ValueError, match="runtime images only"):
+            spec(variant, target, line=NEW)
+
+
+def test_a_lines_image_with_mindspeed_on_a_branch_is_refused_before_building():
+    # The line pins MindSpeed to a branch (verl's install guide): a build that would take whatever the
+    # branch holds that day stops in one line, before any engine starts; a stand-in builds without it.
+    out = _cli("image", "build", "--variant", "a2", "--stack", NEW, "--host", "unix:///nonexistent.sock")
+    assert out.returncode == 2, out.stderr
+    (line,) = out.stderr.strip().splitlines()
+    assert line.startswith("npu-rl: error: stack line cann9.1-verl0.9 pins MindSpeed to the branch core_r0.16.0")
+    assert "--stand-in" in line and "engine" not in out.stdout
+    out = _cli("image", "build", "--variant", "cpu", "--stack", NEW)
+    assert out.returncode == 2 and "runtime images only" in out.stderr
+
+
+def test_the_base_check_holds_a_lines_base_to_that_lines_pins():
+    from npu_rl.image import base_check
+
+    pins = versions.load(stack=NEW)
+    line_base = {
+        "python": "3.12",
+        "dists": {"torch": "2.10.0+cpu", "torchvision": "0.25.0", "torch_npu": "2.10.0.post4", "vllm": "0.23.0+empty",
+                  "vllm_ascend": "0.23.0"},
+    }  # fmt: skip
+    assert base_check.mismatches(line_base, pins) == []
+    wrong = base_check.mismatches(line_base)  # the default line's pins
+    assert wrong[0].startswith("Python 3.12, the pins want 3.11") and len(wrong) == 6, wrong
+    # A post release below the line's pin is another torch_npu (2.10.0.post2: verl's install guide's).
+    older = {**line_base, "dists": {**line_base["dists"], "torch_npu": "2.10.0.post2"}}
+    assert base_check.mismatches(older, pins) == [
+        "torch-npu 2.10.0.post2, the pins want 2.10.0.post4 (ascend.torch_npu)"
+    ]

@@ -1,5 +1,5 @@
 """`npu-rl image build [--variant a2|a3|cpu|cpu-vllm] [--target runtime|eval] [--tag T]
-[--base-image REF | --stand-in] [--push]`."""
+[--base-image REF | --stand-in] [--stack LINE] [--push]`."""
 
 from __future__ import annotations
 
@@ -52,6 +52,13 @@ def register(sub: argparse._SubParsersAction) -> None:
         help="a2/a3: build on a stand-in of the base image made here (its Python layer, no CANN; "
         "tagged ...-standin): it rehearses to the device boundary, it cannot train on an NPU",
     )
+    b.add_argument(
+        "--stack",
+        default=None,
+        metavar="LINE",
+        help="the stack line (configs/stacks/) whose a2/a3 image to build (default: stacks.default); "
+        "tagged npu-rl:<version>-<line>-<variant>",
+    )
     b.add_argument("--no-cache", action="store_true", help="build every layer again")
     b.add_argument("--verbose", "-v", action="store_true", help="print every build output line")
     b.set_defaults(func=_build)
@@ -75,6 +82,7 @@ def _build(args: argparse.Namespace) -> int:
                 verbose=args.verbose,
                 base_image=args.base_image,
                 stand_in=args.stand_in,
+                stack=args.stack,
             )
     except proctree.Terminated as stop:
         return stop.exit_code

@@ -29,9 +29,10 @@ def cache_dir() -> Path:
     return Path(base) / "npu-rl" / "sdists"
 
 
-def sdist_pin() -> tuple[str, str, str]:
-    """(name, version, sha256) of the vLLM source release the base image is built from."""
-    return "vllm", str(versions.get("ascend.vllm")), str(versions.get("ascend.vllm_sdist_sha256"))
+def sdist_pin(pins: dict | None = None) -> tuple[str, str, str]:
+    """(name, version, sha256) of the vLLM source release the base image is built from (of the stack
+    line whose ``pins`` are given; the default line's by default)."""
+    return "vllm", str(versions.get("ascend.vllm", pins)), str(versions.get("ascend.vllm_sdist_sha256", pins))
 
 
 def _sha256(path: Path) -> str:
@@ -102,12 +103,18 @@ def vllm_requirements(sdist: Path, *, build: bool) -> list[str]:
     return list(dict.fromkeys(runtime + tools))
 
 
-def base_requirements(sdist: Path, *, build: bool = False) -> list[str]:
+def torch_npu_spec(pins: dict | None = None) -> str:
+    """torch_npu's requirement: Ascend publishes post releases of a pin without one (2.5.1 -> 2.5.1.post1),
+    so such a pin takes any; a pin with one (2.10.0.post4) is that release."""
+    pin = str(versions.get("ascend.torch_npu", pins))
+    return f"torch-npu=={pin}" if ".post" in pin else f"torch-npu=={pin}.*"
+
+
+def base_requirements(sdist: Path, *, build: bool = False, pins: dict | None = None) -> list[str]:
     """The base image's Python layer above torch: vLLM's requirements, vllm-ascend, torch_npu;
     with ``build``, also what the stand-in needs to build vLLM in place (the base image builds
     it in pip's isolated build environment, which does not stay)."""
     return vllm_requirements(sdist, build=build) + [
-        f"vllm-ascend=={versions.get('ascend.vllm_ascend')}",
-        # Ascend publishes post releases of the pinned torch_npu (2.5.1.post1).
-        f"torch-npu=={versions.get('ascend.torch_npu')}.*",
+        f"vllm-ascend=={versions.get('ascend.vllm_ascend', pins)}",
+        torch_npu_spec(pins),
     ]

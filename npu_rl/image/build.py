@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from .. import versions
 from ..envs import pipconf
 from ..envs.locks import LOCK_DIR
 from ..errors import UserError
@@ -69,6 +70,7 @@ def build_variant(
     verbose: bool = False,
     base_image: str | None = None,
     stand_in: bool = False,
+    stack: str | None = None,
     log=print,
 ) -> Built:
     """``npu-rl image build``: build (and optionally push) one image variant.
@@ -80,13 +82,23 @@ def build_variant(
     (:mod:`npu_rl.image.ascend_standin`), tagged ``...-standin``, without MindSpeed (gitee).
     """
     try:
-        image = spec(variant, target)
+        image = spec(variant, target, stack)
     except ValueError as err:
         raise UserError(str(err)) from None
+    except KeyError as err:
+        raise UserError(str(err.args[0])) from None
     if stand_in and (variant in CPU_LOCKS or base_image):
         raise UserError("--stand-in is for the a2 and a3 variants, without --base-image")
+    pins = versions.load(stack=image.line)
     tag = tag or image.tag + ("-standin" if stand_in else "")
-    args = build_args(variant)
+    args = build_args(variant, pins)
+    if variant not in CPU_LOCKS and not stand_in and not args["MINDSPEED_COMMIT"]:
+        raise UserError(
+            f"stack line {image.line} pins MindSpeed to the branch {versions.get('ascend.mindspeed.branch', pins)}, "
+            f"not a commit: resolve it (git ls-remote {args['MINDSPEED_GIT_URL']} "
+            f"{versions.get('ascend.mindspeed.branch', pins)}) into ascend.mindspeed.commit of "
+            f"configs/stacks/{image.line}.yaml, or build --stand-in (without MindSpeed)"
+        )
     start = time.monotonic()
     with engine(host) as eng:
         log(f"engine: {eng.name} at {eng.host}")
@@ -94,11 +106,13 @@ def build_variant(
             args["BASE_IMAGE"] = ensure_base(eng.client, base_image, cpu_suite(variant), log=log)
         else:
             if stand_in:
-                args["BASE_IMAGE"] = ascend_standin.ensure(eng.client, root, nocache=nocache, verbose=verbose, log=log)
+                args["BASE_IMAGE"] = ascend_standin.ensure(
+                    eng.client, root, line=image.line, nocache=nocache, verbose=verbose, log=log
+                )
                 args["WITH_MINDSPEED"] = "0"
             else:
                 args["BASE_IMAGE"] = _present(eng.client, base_image or args["BASE_IMAGE"], log=log)
-            found = base_check.check(eng.client, args["BASE_IMAGE"])
+            found = base_check.check(eng.client, args["BASE_IMAGE"], pins)
             log(
                 f"base: {args['BASE_IMAGE']} has the pinned Python set (Python {found['python']}, "
                 f"{len(found['dists'])} distributions)"

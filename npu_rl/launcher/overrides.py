@@ -10,10 +10,10 @@ from typing import Any
 from .. import run_files
 from ..errors import UserError
 from ..patches.consistency import ENV as CONSISTENCY_ENV
-from ..patches.cpu_plugin import PLATFORM as VERL_CPU_PLATFORM
 from ..patches.guard import VERL_0_6_1
 from ..patches.old_log_prob import hydra_overrides as old_log_prob_overrides
-from ..patches.rehearse import NPU_PLATFORM_NAME as VERL_NPU_PLATFORM
+from ..patches.verl_platforms import CPU as VERL_CPU_PLATFORM
+from ..patches.verl_platforms import NPU as VERL_NPU_PLATFORM
 from ..recipe.schema import Recipe
 from .hydra import hydra_value
 from .megatron import megatron_env, megatron_overrides, megatron_patches

@@ -29,6 +29,7 @@ import functools
 from contextlib import contextmanager
 from typing import Any
 
+from . import verl_platforms
 from .guard import VERL_0_9_0, Patch
 
 PLATFORM_MANAGER = "verl.plugin.platform.platform_manager"
@@ -38,7 +39,7 @@ ENGINE_BASE = "verl.workers.engine.base"
 VLLM_LAYER_UTILS = "vllm.model_executor.layers.utils"
 
 # The platform's name, for VERL_PLATFORM (and its device name: verl's trainer.device).
-PLATFORM = "cpu"
+PLATFORM = verl_platforms.CPU
 # What a CPU worker reserves on its node instead of a device: one of the worker slots every npu-rl node
 # registers for its --devices (npu_rl.cluster.raynode), as on the seeds' line.
 WORKER_SLOT = "NPU"

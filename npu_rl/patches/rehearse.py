@@ -31,7 +31,7 @@ import os
 from pathlib import Path
 from typing import Any
 
-from . import installed, selected
+from . import installed, selected, verl_platforms
 from .guard import RAY_BASE, RAY_TRAINER, TRAINER_BASE, VERL_0_6_1, VERL_0_9_0, Patch, installed_verl_version
 
 PATCH_NAME = "rehearse"
@@ -69,8 +69,7 @@ FINGERPRINTS_0_9_0 = {
 }
 
 PATCH = Patch(PATCH_NAME, {VERL_0_6_1: FINGERPRINTS, VERL_0_9_0: FINGERPRINTS_0_9_0})
-# The name verl 0.9 registers its Ascend platform under (platform_npu.py:37), for VERL_PLATFORM.
-NPU_PLATFORM_NAME = "huawei"
+
 NO_DEVICE = (
     "npu-rl rehearse: verl asked the stand-in Ascend platform for torch.npu before the device boundary "
     "(torch_npu cannot be imported here)"
@@ -117,7 +116,7 @@ def stand_in_npu_platform(module: Any) -> None:
             # Asked as verl.trainer.main_ppo is imported (constants_ppo.py:23); an NPU reports none either.
             return None, None
 
-    module.PlatformRegistry.register(platform=NPU_PLATFORM_NAME)(PlatformNPUStandIn)
+    module.PlatformRegistry.register(platform=verl_platforms.NPU)(PlatformNPUStandIn)
 
 
 def _stop_at_pools(trainer_cls: Any, manager_cls: Any) -> None:

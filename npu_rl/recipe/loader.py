@@ -73,15 +73,46 @@ def _yaml_error(err: yaml.YAMLError) -> str:
     return problem or str(err).splitlines()[0]
 
 
-def load_recipe(name_or_path: str | Path, overrides: dict[str, Any] | None = None) -> Recipe:
-    """Load a recipe; ``overrides`` maps dotted recipe keys (``algorithm.lr``) to values."""
-    path = resolve_recipe_path(name_or_path)
+# A recipe may be another one with a few keys changed (the same run on another stack line): `extends: NAME`
+# reads that recipe first and lays this file's keys over it, section by section; a key set to null there
+# is taken out (an environment variable the other line does not know).
+EXTENDS = "extends"
+
+
+def _merged(base: dict[str, Any], over: dict[str, Any]) -> dict[str, Any]:
+    out = dict(base)
+    for key, value in over.items():
+        if value is None:
+            out.pop(key, None)
+        elif isinstance(value, dict) and isinstance(out.get(key), dict):
+            out[key] = _merged(out[key], value)
+        else:
+            out[key] = value
+    return out
+
+
+def _read(path: Path, chain: tuple[Path, ...] = ()) -> Any:
     try:
         data = yaml.load(path.read_text(encoding="utf-8"), Loader=_UniqueKeyLoader)  # noqa: S506 - safe loader
     except UnicodeDecodeError:
         raise UserError(f"{path}: not UTF-8 text") from None
     except yaml.YAMLError as err:
         raise UserError(f"{path}: not valid YAML ({_yaml_error(err)})") from None
+    if not isinstance(data, dict) or EXTENDS not in data:
+        return data
+    parent = resolve_recipe_path(str(data.pop(EXTENDS)))
+    if parent.resolve() in {p.resolve() for p in (*chain, path)}:
+        raise UserError(f"{path}: extends {parent.stem}, which extends it back")
+    base = _read(parent, (*chain, path))
+    if not isinstance(base, dict):
+        raise UserError(f"{parent}: a recipe must be a YAML mapping, got {type(base).__name__}")
+    return _merged(base, data)
+
+
+def load_recipe(name_or_path: str | Path, overrides: dict[str, Any] | None = None) -> Recipe:
+    """Load a recipe; ``overrides`` maps dotted recipe keys (``algorithm.lr``) to values."""
+    path = resolve_recipe_path(name_or_path)
+    data = _read(path)
     if overrides and not isinstance(data, dict):
         raise UserError(f"{path}: a recipe must be a YAML mapping, got {type(data).__name__}")
     for dotted, value in (overrides or {}).items():

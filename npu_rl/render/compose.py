@@ -11,7 +11,7 @@ from pathlib import Path, PurePosixPath
 
 from jinja2 import Environment
 
-from .. import run_files
+from .. import run_files, versions
 from ..dashboards import PORTS as DASHBOARD_PORTS
 from ..defaults import DEMO_STEPS, DEMO_WARM_START_STEPS
 from ..image.spec import build_args, spec
@@ -23,6 +23,12 @@ from .templating import environment
 
 # The recipe `docker compose up train-qwen` runs: one Atlas A2 NPU.
 TRAIN_RECIPE = "qwen2_5_1_5b_math_a2_1card"
+# The same run on another stack line, in compose/docker-compose.<line>.yml: its training, rehearsal,
+# merge and dashboard services in that line's image (the eval and CPU services are the default line's).
+LINE_TRAIN_RECIPES = {"cann9.1-verl0.9": "qwen2_5_1_5b_math_a2_1card_verl09"}
+# What a line's file leaves to the default one.
+DEFAULT_LINE_ONLY = ("NPU_RL_EVAL_IMAGE", "NPU_RL_CPU_IMAGE", "NPU_RL_CPU_VLLM_IMAGE", "CPU_SHM_SIZE", "DEMO_STEPS",
+                     "DEMO_WARM_START_STEPS")  # fmt: skip
 CONTAINER_WORKSPACE = PurePosixPath("/workspace")
 # Ray's object store lives in /dev/shm; npu_rl.platform.doctor.MIN_SHM is the floor.
 DEFAULT_SHM = "64g"
@@ -40,13 +46,14 @@ class Var:
         return f"${{{self.name}:-{self.default}}}"
 
 
-def variables(recipe: Recipe) -> list[Var]:
+def variables(recipe: Recipe, line: str | None = None) -> list[Var]:
     model_dir = _in_container(run_files.model_dir(recipe))
     fallback = "download from the hub"
     if recipe.data.source_dir:
         fallback = f"{_in_container(run_files.resolve(recipe.data.source_dir))} if it exists, else {fallback}"
-    return [
-        Var("NPU_RL_IMAGE", spec("a2").tag, "Ascend image of every NPU service (`npu-rl image build --variant a2`)"),
+    build = f"npu-rl image build --variant a2{f' --stack {line}' if line else ''}"
+    out = [
+        Var("NPU_RL_IMAGE", spec("a2", line=line).tag, f"Ascend image of every NPU service (`{build}`)"),
         Var("NPU_RL_EVAL_IMAGE", spec("a2", "eval").tag, "Ascend image with OpenCompass, for the eval service"),
         Var("NPU_RL_CPU_IMAGE", spec("cpu").tag, "CPU image of the cpu-demo service"),
         Var("NPU_RL_CPU_VLLM_IMAGE", spec("cpu-vllm").tag, "CPU image with vLLM's CPU backend (cpu-vllm-demo)"),
@@ -78,6 +85,7 @@ def variables(recipe: Recipe) -> list[Var]:
         Var("SWANLAB_PORT", str(DASHBOARD_PORTS["swanlab"]), "Host port of the SwanLab dashboard"),
         Var("NOTEBOOK_PORT", "8888", "Host port of JupyterLab (notebook and cpu-notebook)"),
     ]
+    return [v for v in out if not (line and v.name in DEFAULT_LINE_ONLY)]
 
 
 # Passed into containers only when set on the host or in compose/.env.
@@ -101,15 +109,16 @@ def _environment() -> Environment:
     return environment("templates/compose", _quote)
 
 
-def context() -> dict:
-    recipe = load_recipe(TRAIN_RECIPE)
-    vars_ = variables(recipe)
+def context(line: str | None = None) -> dict:
+    recipe = load_recipe(LINE_TRAIN_RECIPES[line] if line else TRAIN_RECIPE)
+    vars_ = variables(recipe, line)
     return {
         "recipe": recipe,
+        "line": line,
         "var": {v.name: v.ref for v in vars_},
         "variables": vars_,
         "passthrough": PASSTHROUGH,
-        "ascend_args": build_args("a2"),
+        "ascend_args": build_args("a2", versions.load(stack=line)),
         "cpu_args": build_args("cpu"),
         "cpu_vllm_args": build_args("cpu-vllm"),
         "control_devices": [f"/dev/{d}" for d in CONTROL_DEVICES],
@@ -118,14 +127,21 @@ def context() -> dict:
     }
 
 
+def line_file(line: str) -> str:
+    return f"docker-compose.{line}.yml"
+
+
 def render_compose(out_dir: Path) -> list[Path]:
-    """Write docker-compose.yml and .env.example into ``out_dir``; returns their paths."""
+    """Write docker-compose.yml and .env.example into ``out_dir``, and each other stack line's
+    docker-compose.<line>.yml (which reads the same .env); returns their paths."""
     env = _environment()
-    ctx = context()
     out_dir.mkdir(parents=True, exist_ok=True)
+    ctx = context()
+    files = [("docker-compose.yml.j2", "docker-compose.yml", ctx), ("env.example.j2", ".env.example", ctx)]
+    files += [("docker-compose.yml.j2", line_file(line), context(line)) for line in LINE_TRAIN_RECIPES]
     written = []
-    for template, name in (("docker-compose.yml.j2", "docker-compose.yml"), ("env.example.j2", ".env.example")):
+    for template, name, values in files:
         path = out_dir / name
-        path.write_text(env.get_template(template).render(**ctx), encoding="utf-8")
+        path.write_text(env.get_template(template).render(**values), encoding="utf-8")
         written.append(path)
     return written

@@ -6,15 +6,17 @@ from pathlib import Path
 import pytest
 import yaml
 
+from npu_rl import versions
 from npu_rl.cli import build_parser
 from npu_rl.platform.devices import CONTROL_DEVICES, HOST_MOUNTS
 from npu_rl.platform.doctor import MIN_SHM
 from npu_rl.recipe import load_recipe
 from npu_rl.render.committed import render_all
-from npu_rl.render.compose import TRAIN_RECIPE, render_compose
+from npu_rl.render.compose import LINE_TRAIN_RECIPES, TRAIN_RECIPE, render_compose
 
 REPO = Path(__file__).resolve().parents[2]
 COMPOSE = REPO / "compose" / "docker-compose.yml"
+FILES = [COMPOSE, *(COMPOSE.parent / f"docker-compose.{line}.yml" for line in LINE_TRAIN_RECIPES)]
 DASHBOARDS = {"tensorboard", "swanlab"}
 NPU_SERVICES = {"train-qwen", "eval", "notebook"}
 
@@ -31,7 +33,8 @@ def _defaults(text: str) -> str:
 
 def test_committed_files_match_a_fresh_render(tmp_path):
     written = render_compose(tmp_path)
-    assert sorted(p.name for p in written) == [".env.example", "docker-compose.yml"]
+    lines = sorted(f"docker-compose.{line}.yml" for line in LINE_TRAIN_RECIPES)
+    assert sorted(p.name for p in written) == sorted([".env.example", "docker-compose.yml", *lines])
     for path in written:
         committed = REPO / "compose" / path.name
         assert committed.read_text() == path.read_text(), f"{committed} is stale: run `npu-rl render compose`"
@@ -42,14 +45,33 @@ def test_render_all_includes_compose(tmp_path):
     assert tmp_path / "compose" / "docker-compose.yml" in written
 
 
-def test_validates_against_the_compose_spec(compose, shared_dir):
+@pytest.mark.parametrize("path", FILES, ids=lambda p: p.name)
+def test_validates_against_the_compose_spec(path, shared_dir):
     from jsonschema import Draft7Validator
 
     schema = json.loads((shared_dir / "schemas" / "compose" / "compose-spec.json").read_text())
     validator = Draft7Validator(schema)  # the spec is written against draft-07
-    validator.validate(compose)
+    validator.validate(yaml.safe_load(path.read_text()))
     # Also after substituting the defaults (ports, shm sizes and devices as the engine sees them).
-    validator.validate(yaml.safe_load(_defaults(COMPOSE.read_text())))
+    validator.validate(yaml.safe_load(_defaults(path.read_text())))
+
+
+def test_a_lines_file_is_the_same_training_services_in_that_lines_image():
+    # docker-compose.<line>.yml: the line's recipe (the seeds' run on it), the line's image and build args;
+    # eval and the CPU demos are the default line's (docker-compose.yml).
+    seeds = yaml.safe_load(COMPOSE.read_text())
+    for line, recipe in LINE_TRAIN_RECIPES.items():
+        other = yaml.safe_load((COMPOSE.parent / f"docker-compose.{line}.yml").read_text())
+        assert set(other["services"]) == set(seeds["services"]) - {"eval", "cpu-demo", "cpu-vllm-demo", "cpu-notebook"}
+        args = other["x-npu-build"]["args"]
+        assert args["STACK"] == line and args["NPU_LOCK"] == f"configs/locks/{line}/npu.txt"
+        assert args["VERL_VERSION"] == versions.line_verl(line) and load_recipe(recipe).stack == line
+        for name, service in other["services"].items():
+            assert service["image"].endswith(f"-{line}-a2}}"), (name, service["image"])
+            if name in ("train-qwen", "rehearse-qwen", "prepare"):
+                assert recipe in service["command"], (name, service["command"])
+            seed_service = {k: v for k, v in seeds["services"][name].items() if k not in ("image", "command", "build")}
+            assert {k: v for k, v in service.items() if k not in ("image", "command", "build")} == seed_service, name
 
 
 def test_docker_compose_config_accepts_it(require):

@@ -77,7 +77,7 @@ def test_build_args_match_the_dockerfile_args(variant):
 def test_the_stand_in_base_gets_every_arg_it_declares():
     from npu_rl.image import ascend_standin
 
-    assert set(_args(STANDIN)) == set(ascend_standin.build_args("http://127.0.0.1:1/", "debian"))
+    assert set(_args(STANDIN)) == set(ascend_standin.build_args("http://127.0.0.1:1/", "debian", "0" * 64))
     # Each is declared just before its step (a declared argument is in the cache key of every RUN after it):
     # the torch step sees only what it installs with.
     ins = _instructions(STANDIN)
@@ -175,4 +175,9 @@ def test_dockerignore_sends_what_the_dockerfiles_copy():
                     # A lock named by a build arg: each lock the variants name.
                     for name in {*CPU_LOCKS.values()} if "${LOCK}" in src else {None}:
                         path = src.replace("${LOCK}", name) if name else src
+                        if "${NPU_LOCK}" in path:  # the default line's lock, or a line's (line_args)
+                            for line in versions.line_names():
+                                lock = build_args("a2", versions.load(stack=line)).get("NPU_LOCK")
+                                assert lock is None or lock in sent, lock
+                            path = "configs/locks/npu.txt"
                         assert any(p == path.rstrip("/") or p.startswith(path) for p in sent), path

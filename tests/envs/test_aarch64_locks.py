@@ -1,9 +1,11 @@
-"""Atlas hosts are Kunpeng (aarch64): every lock meant for Ascend hosts installs there with Python 3.11.
+"""Atlas hosts are Kunpeng (aarch64): every lock meant for Ascend hosts installs there with its line's Python.
 
 pip resolves each lock for the target (`pip install --dry-run --report --platform ...`: no emulation)
 and every line must come as a wheel built for aarch64 (or for any platform) or as an sdist that builds
-a pure-Python wheel. pip evaluates environment markers against the machine it runs on, not the target,
-so the lines are first chosen with aarch64's markers (a universal lock pins some packages per platform).
+a pure-Python wheel; a base image's layer (npu-base) may hold a compiled sdist, which that image's own
+build compiles (arctic-inference on cann9.1-verl0.9: npu_rl.envs.ascend_base). pip evaluates environment
+markers against the machine it runs on, not the target, so the lines are first chosen with aarch64's
+markers (a universal lock pins some packages per platform).
 """
 
 from __future__ import annotations
@@ -15,17 +17,17 @@ import sys
 import pytest
 from packaging.markers import Marker
 
+from npu_rl import versions
 from npu_rl.envs import locks
 
 pytestmark = pytest.mark.slow
 
-PYTHON = "3.11.7"  # the patch level decides some pins (python_full_version markers)
+# The patch level decides some pins (python_full_version markers): the lines' interpreters here.
+FULL = {"3.11": "3.11.7", "3.12": "3.12.1"}
 AARCH64 = {
     "sys_platform": "linux",
     "platform_system": "Linux",
     "platform_machine": "aarch64",
-    "python_version": "3.11",
-    "python_full_version": PYTHON,
     "os_name": "posix",
     "implementation_name": "cpython",
     "platform_python_implementation": "CPython",
@@ -36,25 +38,32 @@ PLATFORMS = [f"manylinux_2_{minor}_aarch64" for minor in range(35, 16, -1)] + ["
 ASCEND_LOCKS = [name for name, env in sorted(locks.envs().items()) if env.platform is None]
 
 
+def _markers(env: locks.Env) -> dict[str, str]:
+    return {**AARCH64, "python_version": env.python, "python_full_version": FULL[env.python]}
+
+
 def _aarch64_lines(env: locks.Env) -> str:
     return (
         "\n".join(
             p.text.split(" ;")[0].rstrip(" \\") + " \\\n" + "\n".join(p.text.splitlines()[1:])
             for p in locks.read(env)
-            if not p.marker or Marker(p.marker).evaluate(AARCH64)
+            if not p.marker or Marker(p.marker).evaluate(_markers(env))
         )
         + "\n"
     )
 
 
 def test_the_ascend_locks_are_the_universal_ones():
-    assert set(ASCEND_LOCKS) == {"npu", "npu-base", "npu-eval"}
+    lines = [f"{line}/" for line in versions.line_names() if line != versions.default_line()]
+    assert set(ASCEND_LOCKS) == {"npu", "npu-base", "npu-eval"} | {
+        f"{p}{n}" for p in lines for n in ("npu", "npu-base")
+    }
 
 
 @pytest.mark.parametrize("name", ASCEND_LOCKS)
 def test_every_line_of_an_ascend_lock_installs_on_aarch64(name, tmp_path):
     env = locks.get(name)
-    reqs = tmp_path / f"{name}-aarch64.txt"
+    reqs = tmp_path / f"{name.replace('/', '-')}-aarch64.txt"
     reqs.write_text(_aarch64_lines(env), encoding="utf-8")
     report = tmp_path / "report.json"
     cmd = [
@@ -70,11 +79,11 @@ def test_every_line_of_an_ascend_lock_installs_on_aarch64(name, tmp_path):
         "--report",
         str(report),
         "--python-version",
-        PYTHON,
+        FULL[env.python],
         "--implementation",
         "cp",
         "--abi",
-        "cp311",
+        "cp" + env.python.replace(".", ""),
         "--abi",
         "abi3",
         "--abi",
@@ -90,11 +99,14 @@ def test_every_line_of_an_ascend_lock_installs_on_aarch64(name, tmp_path):
         locks.canonicalize_name(item["metadata"]["name"]): item["download_info"]["url"].rsplit("/", 1)[-1]
         for item in json.loads(report.read_text())["install"]
     }
-    expected = {p.name for p in locks.read(env) if not p.marker or Marker(p.marker).evaluate(AARCH64)}
+    expected = {p.name for p in locks.read(env) if not p.marker or Marker(p.marker).evaluate(_markers(env))}
     assert len(chosen) == len(expected), sorted(expected ^ set(chosen))
     wrong = [f for f in chosen.values() if f.endswith(".whl") and not f.endswith("-any.whl") and "aarch64" not in f]
     assert not wrong, f"{name}: wheels for another machine: {wrong}"
-    # An sdist must build a wheel for every platform: a compiled one would need a compiler on the host.
+    # An sdist must build a wheel for every platform: a compiled one would need a compiler on the host. The
+    # base layer's are the base image's to build (it has the compilers: vllm-ascend's Dockerfile:26-33).
+    if env.base_layer == "is":
+        return
     for filename in sorted(f for f in chosen.values() if not f.endswith(".whl")):
         project, version = filename[: -len(".tar.gz")].rsplit("-", 1)
         out = tmp_path / "wheels" / project

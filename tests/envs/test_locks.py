@@ -63,12 +63,21 @@ def _pins(env: locks.Env) -> dict[str, locks.Locked]:
     return {p.name: p for p in locks.read(env)}
 
 
+def _markers(env: locks.Env, machine: str) -> dict[str, str]:
+    full = {"3.11": "3.11.7", "3.12": "3.12.1"}[env.python]
+    return {**CPU_MARKERS, "platform_machine": machine, "python_version": env.python, "python_full_version": full}
+
+
 @pytest.mark.parametrize("name", ENVS)
 def test_lock_satisfies_every_requirement_and_constraint(name):
     env = locks.get(name)
     pins = _pins(env)
     provided = {canonicalize_name(p) for p in env.provided}
-    for markers in [CPU_MARKERS] if env.platform else [CPU_MARKERS, AARCH64_MARKERS]:
+    # Over a base layer: what the base's lock has is there already (a requirement both ask for stays
+    # out of this lock when only the base's packages need it besides).
+    base = _pins(locks.get(f"{env.line}/npu-base" if env.line else "npu-base")) if env.base_layer == "over" else {}
+    machines = ["x86_64"] if env.platform else ["x86_64", "aarch64"]
+    for markers in [_markers(env, m) for m in machines]:
         # A requirement must be in the lock; a constraint only binds what is there.
         for line, required in [*((r, True) for r in env.requirements), *((c, False) for c in env.constraints)]:
             req = Requirement(line)
@@ -79,6 +88,9 @@ def test_lock_satisfies_every_requirement_and_constraint(name):
                 assert key not in pins, f"{req.name} is the base image's and must not be in {name}.txt"
                 continue
             if not required and key not in pins:
+                continue
+            if key not in pins and key in base:
+                assert req.specifier.contains(base[key].version, prereleases=True), (line, base[key].version)
                 continue
             assert key in pins, f"{name}.txt lacks {req.name}"
             assert req.specifier.contains(pins[key].version, prereleases=True), (line, pins[key].version)

@@ -8,14 +8,12 @@ import subprocess
 import sys
 
 import pytest
+from recipe_names import HERE as RECIPES  # composed with .venv's verl
 
 from npu_rl.errors import UserError
 from npu_rl.launcher.spec import RUNTIME_ENV_PREFIX, build_launch, hydra_args
 from npu_rl.launcher.verl_config import check_argv, compose_verl_config
-from npu_rl.paths import recipes_dir
 from npu_rl.recipe import load_recipe
-
-RECIPES = sorted(p.stem for p in recipes_dir().glob("*.yaml"))
 
 
 def _dry_run_argv(name: str, env: dict) -> list[str]:

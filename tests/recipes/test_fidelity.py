@@ -14,7 +14,15 @@ from npu_rl.launcher.spec import RUNTIME_ENV_PREFIX
 from npu_rl.recipe.loader import load_recipe
 
 DOC = Path(__file__).resolve().parents[2] / "docs" / "recipe-fidelity.md"
-RECIPES = ["deepseek_r1_671b_a3", "qwen2_5_1_5b_math_a2_4card", "qwen3_32b_grpo_a3", "qwen3_235b_a22b_grpo_a3"]
+RECIPES = [
+    "deepseek_r1_671b_a3",
+    "qwen2_5_1_5b_math_a2_4card",
+    # The seeds' run on the cann9.1-verl0.9 stack line (its launch is built for the line's verl wherever
+    # the dry-run runs).
+    "qwen2_5_1_5b_math_a2_1card_verl09",
+    "qwen3_32b_grpo_a3",
+    "qwen3_235b_a22b_grpo_a3",
+]
 
 
 def table(recipe: str) -> list[dict[str, str]]:

@@ -6,16 +6,15 @@ import subprocess
 import sys
 
 import pytest
+from recipe_names import ALL as RECIPES
+from recipe_names import HERE  # another line's recipes compose through their own verl (tests/test_stack_lines.py)
 
 from npu_rl.errors import UserError
 from npu_rl.launcher.hydra import hydra_value
 from npu_rl.launcher.overrides import build_overrides
 from npu_rl.launcher.spec import build_launch
 from npu_rl.launcher.verl_config import check_recipe
-from npu_rl.paths import recipes_dir
 from npu_rl.recipe import load_recipe
-
-RECIPES = sorted(p.stem for p in recipes_dir().glob("*.yaml"))
 
 
 def test_the_qwen_deepseek_and_cpu_recipes_ship():
@@ -24,7 +23,7 @@ def test_the_qwen_deepseek_and_cpu_recipes_ship():
     )
 
 
-@pytest.mark.parametrize("name", RECIPES)
+@pytest.mark.parametrize("name", HERE)
 def test_recipe_composes_with_verl_config(name, tmp_path, monkeypatch):
     monkeypatch.setenv("NPU_RL_WORKSPACE", str(tmp_path))
     cfg = check_recipe(load_recipe(name))
