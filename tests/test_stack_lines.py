@@ -197,6 +197,23 @@ def test_pip_check_lets_through_only_what_the_torch_stand_in_explains():
     assert unexpected(f"{torch_line}\n{other}\n") == [other]
 
 
+def test_the_images_pip_check_lets_through_only_what_each_lines_stand_in_lacks():
+    # docker/Dockerfile's strict check (npu_rl.envs.ascend_base pip-check --stack LINE): on a stand-in base, the
+    # CPU torch torch_npu pins (post releases of the seeds' pin) and, on the new line, triton-ascend (not on
+    # PyPI); on a real base nothing. What the line's first image build failed on stays refused.
+    from npu_rl.envs.ascend_base import unexpected_pip_check
+
+    seeds = "torch-npu 2.5.1.post1 has requirement torch==2.5.1+cpu, but you have torch 2.5.1."
+    torch = "torch-npu 2.10.0.post4 has requirement torch==2.10.0+cpu, but you have torch 2.10.0."
+    triton = "vllm-ascend 0.23.0 requires triton-ascend, which is not installed."
+    found = "vcs-versioning 2.6.0 has requirement packaging>=26.2, but you have packaging 25.0."
+    assert unexpected_pip_check(seeds, stand_in=True) == []
+    assert unexpected_pip_check(f"{torch}\n{triton}\n", stand_in=True, line=NEW) == []
+    assert unexpected_pip_check(f"{torch}\n{triton}\n", stand_in=True) == [torch, triton]  # the seeds' line
+    assert unexpected_pip_check(f"{torch}\n{triton}\n", stand_in=False, line=NEW) == [torch, triton]
+    assert unexpected_pip_check(f"{triton}\n{found}\n", stand_in=True, line=NEW) == [found]
+
+
 def test_the_lines_interpreter_is_found_or_named(monkeypatch, tmp_path):
     from npu_rl.envs import interpreter
 

@@ -71,7 +71,11 @@ def expected_pip_check(line: str | None = None) -> list[re.Pattern[str]]:
     base image that PyPI does not carry (``ascend.base_only``), left out, which what requires it names."""
     pins = _pins(line)
     torch, torch_npu = (re.escape(str(versions.get(k, pins))) for k in ("ascend.torch", "ascend.torch_npu"))
-    out = [re.compile(rf"^torch-npu {torch_npu} has requirement torch=={torch}\+cpu, but you have torch {torch}\.$")]
+    # Ascend publishes post releases of a pin without one (2.5.1 -> 2.5.1.post1): the base has one of them.
+    post = "" if ".post" in str(versions.get("ascend.torch_npu", pins)) else r"(\.post\d+)?"
+    out = [
+        re.compile(rf"^torch-npu {torch_npu}{post} has requirement torch=={torch}\+cpu, but you have torch {torch}\.$")
+    ]
     for name in versions.get("ascend", pins).get("base_only", ()):
         out.append(re.compile(rf"^\S+ \S+ requires {re.escape(name)}, which is not installed\.$"))
     return out

@@ -88,8 +88,14 @@ def _rehearse(ws: Path, exe: Path, name: str) -> subprocess.CompletedProcess:
 # rehearsal through verl 0.9 takes about two minutes here): the 4-card Qwen2.5 recipe differs from the 1-card
 # one only in its world size, which Qwen3-32B's 2 x 16 cards exceed; the tiny recipe trains on this line
 # through the same launch (tests/e2e/test_stack_line_train.py, tests/cluster/test_multinode_line.py).
-# The seeds' 1-card recipe is this line's own qwen2_5_1_5b_math_a2_1card_verl09 (rehearsed here as itself).
-LIKE_ANOTHER = {"qwen2_5_1_5b_math_a2_1card", "qwen2_5_1_5b_math_a2_4card", "tiny_math_cpu"}
+# The seeds' 1-card recipe on this line is the line's own qwen2_5_1_5b_math_a2_1card_verl09, which rehearses
+# in the line's image through its compose file (tests/containers/test_line_images.py).
+LIKE_ANOTHER = {
+    "qwen2_5_1_5b_math_a2_1card",
+    "qwen2_5_1_5b_math_a2_1card_verl09",
+    "qwen2_5_1_5b_math_a2_4card",
+    "tiny_math_cpu",
+}
 
 
 @pytest.mark.parametrize("name", [n for n in RECIPES if _ported(n) and n not in LIKE_ANOTHER])
