@@ -26,7 +26,7 @@ def register(sub: argparse._SubParsersAction) -> None:
         help="random tiny Qwen2 + locally trained BPE tokenizer (no download)",
         **options.examples(
             "npu-rl model tiny --out models/tiny-qwen2   # the model of tiny_math_cpu",
-            "npu-rl model tiny --out models/tiny-qwen2-vllm --heads 2 --kv-heads 1   # head size 32, for vLLM on CPU",
+            "npu-rl model tiny --out models/tiny-qwen2-vllm --heads 2 --kv-heads 2   # head size 32, for vLLM on CPU",
         ),
     )
     t.add_argument("--out", type=output_dir, required=True)

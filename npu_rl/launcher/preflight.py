@@ -150,7 +150,7 @@ def check_rollout_model(ctx: JobContext) -> CheckResult:
             "rollout model",
             f"head size {head} of {config_file.parent}: vLLM's CPU attention takes "
             f"{', '.join(map(str, VLLM_CPU_HEAD_SIZES))}",
-            "use a model with one of those (the tiny model: npu-rl model tiny --heads 2 --kv-heads 1), "
+            "use a model with one of those (the tiny model: npu-rl model tiny --heads 2 --kv-heads 2), "
             "or sample with --set rollout.name=hf",
         )
     return ok("rollout model", f"head size {head}")

@@ -222,6 +222,6 @@ def test_the_vllm_rollout_on_cpu_needs_a_head_size_vllm_takes(fake_host, ready_w
     result = _by_name(run_checks(recipe, "train", host=host))["rollout model"]
     assert result.status == ("ok" if ok else "fail"), result
     if not ok:
-        assert "head size 16" in result.detail and "--heads 2 --kv-heads 1" in result.fix
+        assert "head size 16" in result.detail and "--heads 2 --kv-heads 2" in result.fix
     # The hf rollout takes any head size.
     assert _by_name(run_checks(load_recipe("tiny_math_cpu"), "train", host=host))["rollout model"].status == "ok"
