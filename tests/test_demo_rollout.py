@@ -3,6 +3,7 @@ one line and exit 2 before anything is built (the cpu-vllm image runs it: tests/
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 
@@ -25,3 +26,15 @@ def test_the_vllm_demo_refuses_an_environment_without_vllms_cpu_build(tmp_path):
         "or sample with --set rollout.name=hf"
     ]
     assert not workdir.exists()
+
+
+def test_a_workspace_model_with_other_heads_is_made_again(tmp_path):
+    # A workspace of an earlier release holds the vLLM model with one shared key/value head, which learns
+    # less: the demo makes its model again rather than reuse it.
+    from npu_rl.demo import VLLM_MODEL_ARGS, _same_heads
+
+    (tmp_path / "config.json").write_text(json.dumps({"num_attention_heads": 2, "num_key_value_heads": 1}))
+    assert not _same_heads(tmp_path, VLLM_MODEL_ARGS)
+    (tmp_path / "config.json").write_text(json.dumps({"num_attention_heads": 2, "num_key_value_heads": 2}))
+    assert _same_heads(tmp_path, VLLM_MODEL_ARGS)
+    assert _same_heads(tmp_path, []) and not _same_heads(tmp_path / "none", [])

@@ -212,6 +212,8 @@ def test_the_images_pip_check_lets_through_only_what_each_lines_stand_in_lacks()
     assert unexpected_pip_check(f"{torch}\n{triton}\n", stand_in=True) == [torch, triton]  # the seeds' line
     assert unexpected_pip_check(f"{torch}\n{triton}\n", stand_in=False, line=NEW) == [torch, triton]
     assert unexpected_pip_check(f"{triton}\n{found}\n", stand_in=True, line=NEW) == [found]
+    # aarch64: PyPI's torch is the CPU build there (no torch line), but PyPI still lacks triton-ascend.
+    assert unexpected_pip_check(f"{triton}\n", stand_in=False, line=NEW, stand_in_base=True) == []
 
 
 def test_the_lines_interpreter_is_found_or_named(monkeypatch, tmp_path):

@@ -94,7 +94,9 @@ def stand_in_torch(torch_version: str | None = None, machine: str | None = None,
     )
 
 
-def unexpected_pip_check(output: str, stand_in: bool, line: str | None = None) -> list[str]:
+def unexpected_pip_check(
+    output: str, stand_in: bool, line: str | None = None, stand_in_base: bool | None = None
+) -> list[str]:
     """The lines of ``pip check`` output that the stand-in's known differences do not explain (allowed only
     where PyPI's torch stands in, :func:`stand_in_torch`); on a real base image nothing is allowed.
 
@@ -104,15 +106,23 @@ def unexpected_pip_check(output: str, stand_in: bool, line: str | None = None) -
     Dockerfile uninstalls triton, which its CPU torch does not need; the stand-in keeps it because its
     torch does. On aarch64 PyPI's torch is the CPU build and there is no such line. A line whose base image
     holds packages PyPI lacks (``ascend.base_only``: triton-ascend on cann9.1-verl0.9) adds one line each."""
-    expected = expected_pip_check(line)
+    torch, *base_only = expected_pip_check(line)
+    # What PyPI lacks is missing from every stand-in base, aarch64's too (whose PyPI torch is the CPU build).
+    stand_in_base = stand_in if stand_in_base is None else stand_in_base
     lines = [line for line in output.splitlines() if line.strip() and not line.startswith("No broken requirements")]
-    return [text for text in lines if not (stand_in and any(e.match(text) for e in expected))]
+    return [
+        text
+        for text in lines
+        if not (stand_in and torch.match(text)) and not (stand_in_base and any(e.match(text) for e in base_only))
+    ]
 
 
 def pip_check(line: str | None = None) -> list[str]:
     """``pip check`` of this interpreter's environment, less the stand-in's expected lines."""
     proc = subprocess.run([sys.executable, "-m", "pip", "check"], capture_output=True, text=True, timeout=600)
-    return unexpected_pip_check(proc.stdout + proc.stderr, stand_in_torch(line=line), line)
+    # NPU_RL_STAND_IN: set by the stand-in base image (docker/Dockerfile.ascend-standin).
+    stand_in_base = stand_in_torch(line=line) or bool(os.environ.get("NPU_RL_STAND_IN"))
+    return unexpected_pip_check(proc.stdout + proc.stderr, stand_in_torch(line=line), line, stand_in_base)
 
 
 def _run(cmd: list[str], *, log, env: dict | None = None) -> None:
@@ -151,6 +161,15 @@ def _python_for(line: str | None) -> str:
         raise RuntimeError(str(err)) from None
 
 
+def _python_version(python: str) -> str:
+    out = subprocess.run(
+        [python, "-c", "import platform; print(platform.python_version())"], capture_output=True, text=True
+    )
+    if out.returncode != 0:
+        raise RuntimeError(f"{python} did not start: {(out.stderr.strip().splitlines() or ['no output'])[-1]}")
+    return out.stdout.strip()
+
+
 def wheelhouse(line: str | None = None, *, log=print) -> Path:
     """Every file the base image's Python layer installs, downloaded once into a folder of this machine's
     cache: torch and its companions with their dependencies, the npu-base lock (hash-checked) and vLLM's
@@ -171,12 +190,7 @@ def wheelhouse(line: str | None = None, *, log=print) -> Path:
                 *sdist_pin(pins),
                 platform.machine(),
                 # The Python the files are for: the version of the interpreter that fetches them.
-                subprocess.run(
-                    [python, "-c", "import platform; print(platform.python_version())"],
-                    capture_output=True,
-                    text=True,
-                    check=True,
-                ).stdout.strip(),
+                _python_version(python),
             ]
         ).encode()
     ).hexdigest()[:16]
@@ -218,12 +232,17 @@ def _wheels_of_sdists(folder: Path, lock: Path, python: str, *, log) -> dict[str
         if name not in wanted:
             continue
         log(f"wheels: building {sdist.name} (PyPI has no wheel of it)")
-        before = set(folder.glob("*.whl"))
+        project, version = sdist.name[: -len(".tar.gz")].rsplit("-", 1)
+        stem = f"{project.replace('-', '_')}-{version}"
+        for old in folder.glob(f"{stem}-*.whl"):  # an earlier, interrupted fill's
+            old.unlink()
         _run(
             [python, "-m", "pip", "wheel", "--no-deps", "--progress-bar", "off", "-w", str(folder), str(sdist)], log=log
         )
-        (wheel,) = set(folder.glob("*.whl")) - before
-        built[name] = wheel
+        wheels = sorted(folder.glob(f"{stem}-*.whl"))
+        if len(wheels) != 1:
+            raise RuntimeError(f"building {sdist.name} left {len(wheels)} wheels named {stem}-*.whl in {folder}")
+        built[name] = wheels[0]
     return built
 
 

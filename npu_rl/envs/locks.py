@@ -558,7 +558,8 @@ def compile_lock(env: Env, *, log=print, upgrade: bool = False) -> Path:
             f"# Provided by the base image, hence not here: {', '.join(env.provided)} and what only they need."
         )
     if env.base_layer == "over":
-        header.append("# Resolved together with the base image's layer (configs/locks/npu-base.txt's requirements):")
+        base_lock = f"{env.line}/npu-base" if env.line else "npu-base"
+        header.append(f"# Resolved together with the base image's layer ({LOCK_DIR}/{base_lock}.txt's requirements):")
         header.append("# what only that layer needs is left out, what both need agrees with both.")
     header.append("# Install: pip install --no-deps --require-hashes -r <this file>")
     if env.torch_index:

@@ -12,6 +12,7 @@ which this module serves to the build on 127.0.0.1. What the stand-in lacks is s
 from __future__ import annotations
 
 import hashlib
+import subprocess
 from pathlib import Path
 from typing import Any
 
@@ -70,7 +71,17 @@ def _python_prefix(line: str):
             exe = interpreter.find(line)
         except LookupError as err:
             raise UserError(str(err)) from None
-        return str(Path(exe).resolve().parent.parent)
+        out = subprocess.run([exe, "-c", "import sys; print(sys.base_prefix)"], capture_output=True, text=True)
+        found = Path(out.stdout.strip() or "/")
+        version = str(versions.get("common.python", versions.load(stack=line)))
+        # A distribution's Python (prefix /usr) shares its tree with everything else there: only a Python
+        # built into its own prefix (pyenv's, uv's, a source build's) can be copied into the stand-in.
+        if str(found) in ("/", "/usr", "/usr/local") or not (found / "lib" / f"python{version}" / "os.py").is_file():
+            raise UserError(
+                f"the stand-in of python:{version}-slim-bookworm copies a Python {version} built into its own "
+                f"prefix, and {exe} lives in {found}: install one (pyenv install {version}) or name it in LINE_PYTHON"
+            )
+        return str(found)
 
     return prefix
 

@@ -76,7 +76,9 @@ def _python_copied(prefix: str, python: str) -> list[str]:
         f'chroot "$1" sh -c "cd /usr/local/bin && ln -sf python{python} python3 && ln -sf python3 python'
         ' && ln -sf pip3 pip"',
         'find "$1/usr/local" -depth -type d -name __pycache__ -exec rm -rf {} +',
-        'chroot "$1" python3 --version',
+        # The extension modules that link the bookworm libraries above, loaded: a Python built against a
+        # newer glibc or OpenSSL than Debian 12's fails here, not in the image build.
+        'chroot "$1" python3 -c "import ssl, ctypes, sqlite3, lzma, bz2, zlib, readline, sys; print(sys.version)"',
     ]
 
 
@@ -155,7 +157,7 @@ def make_standin(
     tag = standin_tag(suite, python)
     if not shutil.which("mmdebstrap"):
         raise UserError(
-            f"cannot pull {default_base(suite)} and mmdebstrap is not installed to make a stand-in: "
+            f"cannot pull {default_base(suite, python)} and mmdebstrap is not installed to make a stand-in: "
             "apt-get install mmdebstrap, or pass --base-image"
         )
     with tempfile.TemporaryDirectory(prefix="npu-rl-base-") as tmp:

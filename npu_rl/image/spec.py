@@ -48,6 +48,10 @@ def spec(variant: str, target: str | None = None, line: str | None = None) -> Im
     Another line has the Ascend runtime images only: its CPU path is its own environment (.venv-<line>),
     and OpenCompass evaluates a merged model on the default line's eval image, whatever trained it."""
     line = None if line in (None, versions.default_line()) else line
+    if variant not in VARIANTS:
+        raise ValueError(f"unknown image variant {variant!r} (expected one of {', '.join(VARIANTS)})")
+    if target not in (None, *ASCEND_TARGETS):
+        raise ValueError(f"unknown target {target!r} (expected one of {', '.join(ASCEND_TARGETS)})")
     if line is not None:
         versions.line_file(line)  # KeyError: no such line
         if variant in CPU_LOCKS or target == "eval":

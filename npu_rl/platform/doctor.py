@@ -95,8 +95,10 @@ def gib(n: float) -> str:
 
 def _image_fix(ctx: Context) -> str:
     variant = ctx.recipe.resources.platform.removeprefix("npu-")
-    pins = f"configs/stacks/{ctx.recipe.stack_line}.yaml"
-    return f"rebuild the image with `npu-rl image build --variant {variant}` (versions come from {pins})"
+    line = ctx.recipe.stack_line
+    stack = "" if line == versions.default_line() else f" --stack {line}"
+    pins = f"configs/stacks/{line}.yaml"
+    return f"rebuild the image with `npu-rl image build --variant {variant}{stack}` (versions come from {pins})"
 
 
 def _stand_in() -> str | None:

@@ -100,7 +100,13 @@ def _read(path: Path, chain: tuple[Path, ...] = ()) -> Any:
         raise UserError(f"{path}: not valid YAML ({_yaml_error(err)})") from None
     if not isinstance(data, dict) or EXTENDS not in data:
         return data
-    parent = resolve_recipe_path(str(data.pop(EXTENDS)))
+    name = str(data.pop(EXTENDS))
+    beside = path.parent / name
+    try:
+        # A path is read beside the file that names it; a name, from configs/recipes.
+        parent = beside if beside.suffix in (".yaml", ".yml") and beside.is_file() else resolve_recipe_path(name)
+    except UserError as err:
+        raise UserError(f"{path}: extends: {err}") from None
     if parent.resolve() in {p.resolve() for p in (*chain, path)}:
         raise UserError(f"{path}: extends {parent.stem}, which extends it back")
     base = _read(parent, (*chain, path))

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import subprocess
 import sys
+from pathlib import Path
 
 import yaml
 
@@ -45,3 +46,17 @@ def test_an_unknown_parent_is_named(tmp_path):
         [sys.executable, "-m", "npu_rl", "train", "--recipe", str(a), "--dry-run"], capture_output=True, text=True
     )
     assert out.returncode == 2 and "unknown recipe 'no_such_recipe'" in out.stderr, out.stderr
+
+
+def test_a_parent_path_is_read_beside_the_recipe_that_names_it(tmp_path, monkeypatch):
+    sub = tmp_path / "mine"
+    sub.mkdir()
+    seeds = yaml.safe_load(
+        (Path(__file__).resolve().parents[2] / "configs/recipes/tiny_math_cpu.yaml").read_text(encoding="utf-8")
+    )
+    _write(sub / "base.yaml", seeds)
+    child = _write(sub / "child.yaml", {"extends": "base.yaml", "name": "child", "algorithm": {"lr": 1e-4}})
+    monkeypatch.chdir(tmp_path)  # not where the files are
+    recipe = load_recipe(child)
+    assert recipe.name == "child" and recipe.algorithm.lr == 1e-4
+    assert recipe.algorithm.rollout_n == seeds["algorithm"]["rollout_n"]
