@@ -39,7 +39,7 @@ def line_sets(stack: str | None) -> dict[str, object]:
     line's verl has no in-process rollout."""
     from . import versions  # lazy: the demo's own imports stay light
 
-    if stack is None or stack == versions.default_line():
+    if versions.other_line(stack) is None:
         return {}
     sets: dict[str, object] = {"stack": stack, "watchdog.first_step_s": LINE_FIRST_STEP_S}
     if "hf" not in versions.get("verl.rollouts", versions.load(stack=stack)):

