@@ -12,11 +12,13 @@ import importlib.util
 from pathlib import Path
 
 from ..errors import UserError
+from ..patches.guard import VERL_0_6_1
 from ..recipe.schema import Recipe
 from ..reshard.layout import InferLayout, TrainLayout
 from ..reshard.planner import BUCKET_ENV
 from ..run_files import resolve
 from .hydra import hydra_value
+from .releases import verl_release
 
 ACTOR = "actor_rollout_ref.actor.megatron"
 REF = "actor_rollout_ref.ref.megatron"
@@ -60,6 +62,8 @@ def megatron_overrides(recipe: Recipe) -> list[str]:
             f"{prefix}.pipeline_model_parallel_size={act.pipeline_model_parallel_size}",
             f"{prefix}.expert_model_parallel_size={act.expert_model_parallel_size}",
         ]
+    if act.expert_tensor_parallel_size is not None:
+        out.append(f"{ACTOR}.expert_tensor_parallel_size={act.expert_tensor_parallel_size}")
     out += [
         f"{ACTOR}.param_offload={hydra_value(act.param_offload)}",
         f"{ACTOR}.grad_offload={hydra_value(act.param_offload)}",
@@ -103,8 +107,10 @@ def megatron_overrides(recipe: Recipe) -> list[str]:
                 f"{prefix}.use_dist_checkpointing=True",
                 f"{prefix}.dist_checkpointing_path={resolve(conv.mcore_path)}",
             ]
-    if recipe.reshard.enabled:
-        # The reshard patch hooks verl's per_tensor_generator path, which mbridge bypasses.
+    if recipe.reshard.enabled and verl_release(recipe) == VERL_0_6_1:
+        # On verl 0.6.1 the reshard patch hooks the per_tensor_generator path, which mbridge bypasses. verl 0.9's
+        # megatron engine always exports through its bridge (v0.9.0 workers/engine/megatron/transformer_impl.py:191
+        # asserts use_mbridge), and there the patch replaces that export itself.
         out.append(f"{ACTOR}.use_mbridge=False")
     return out
 
@@ -129,6 +135,7 @@ def reshard_layouts(recipe: Recipe) -> tuple[TrainLayout, InferLayout]:
         tp=act.tensor_model_parallel_size,
         pp=act.pipeline_model_parallel_size,
         ep=act.expert_model_parallel_size,
+        etp=act.expert_tensor_parallel_size or 0,
         layers_per_stage=tuple(act.layers_per_stage) if act.layers_per_stage else None,
     )
     ep = roll.tensor_model_parallel_size * (roll.data_parallel_size or 1) if roll.expert_parallel else 1

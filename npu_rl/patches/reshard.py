@@ -1,4 +1,4 @@
-"""Weight sync through the alltoallv reshard for verl 0.6.1's megatron strategy (NPU).
+"""Weight sync through the alltoallv reshard for verl's megatron strategy (NPU), on verl 0.6.1 and 0.9.0.
 
 verl's ``ActorRolloutRefWorker.rollout_mode`` turns the Megatron shards into full HF
 tensors with ``per_tensor_generator`` (PP broadcast + EP/TP all_gather on every rank)
@@ -8,15 +8,26 @@ the two ends: inside ``rollout_mode`` the generator returns a :class:`ReshardReq
 straight into the vLLM model's parameters. Installed only when a recipe sets
 ``reshard.enabled`` (the launcher adds ``reshard`` to ``NPU_RL_PATCHES``); the schema
 allows that only on NPU platforms.
+
+verl 0.9.0 runs vLLM as a server in processes of its own: the engine worker's ``update_weights`` asks its
+megatron engine for ``get_per_tensor_param`` (always the bridge's full-tensor export there) and streams
+what it yields to the paired vLLM worker (training rank r to the rollout rank r % replica size, over ZMQ and
+CUDA IPC or shared memory), where ``vLLMColocateWorkerExtension._update_weights`` loads each bucket with
+``model.load_weights``. On that release the patch replaces the export inside ``update_weights``: the
+alltoallv runs among the training ranks into fresh tensors of this rank's rollout shards (one rollout model's
+share per rank, staged on the training device: 0.6.1 wrote into vLLM's parameters in place), which verl's
+own transport carries; the rollout side copies them into the parameters of the same names and checks that
+every parameter got a value.
 """
 
 from __future__ import annotations
 
 import contextvars
+import sys
 from typing import Any
 
 from ..reshard.layout import InferLayout, TrainLayout
-from .guard import MEGATRON_WORKERS, VERL_0_6_1, VLLM_ROLLOUT, Patch, PatchVersionError
+from .guard import MEGATRON_WORKERS, VERL_0_6_1, VERL_0_9_0, VLLM_ROLLOUT, Patch, PatchVersionError
 from .vllm_dp import expert_parallel_size
 
 PATCH_NAME = "reshard"
@@ -30,7 +41,19 @@ FINGERPRINTS = {
     f"{VLLM_ROLLOUT}:vLLMRollout.update_weights": "b185a260121c953b",
     f"{VLLM_ROLLOUT}:vLLMAsyncRollout.update_weights": "c2c5f5f23d8853ce",
 }
-PATCH = Patch(PATCH_NAME, {VERL_0_6_1: FINGERPRINTS})
+# verl 0.9.0: the engine worker's sync, its megatron engine's export, and the vLLM worker's loading of each
+# bucket (and the receive loop around it).
+ENGINE_WORKERS = "verl.workers.engine_workers"
+MEGATRON_ENGINE = "verl.workers.engine.megatron.transformer_impl"
+VLLM_EXTENSION = "verl.workers.rollout.vllm_rollout.utils"
+FINGERPRINTS_0_9_0 = {
+    f"{ENGINE_WORKERS}:ActorRolloutRefWorker.update_weights": "e46e1b5427467d57",
+    f"{MEGATRON_ENGINE}:MegatronEngine.get_per_tensor_param": "bd1dd0fd5d852e62",
+    f"{VLLM_EXTENSION}:vLLMColocateWorkerExtension.update_weights_from_ipc": "5145af889f2cb217",
+    f"{VLLM_EXTENSION}:vLLMColocateWorkerExtension._update_weights": "8ba99b166681a4aa",
+}
+V061, V090 = (VERL_0_6_1,), (VERL_0_9_0,)
+PATCH = Patch(PATCH_NAME, {VERL_0_6_1: FINGERPRINTS, VERL_0_9_0: FINGERPRINTS_0_9_0})
 
 _worker: contextvars.ContextVar[Any] = contextvars.ContextVar("npu_rl_reshard_worker", default=None)
 
@@ -43,17 +66,17 @@ def parallel_info() -> dict[str, int]:
     import torch.distributed as dist  # lazy: torch
     from megatron.core import parallel_state as mpu  # lazy: megatron
 
-    if mpu.get_expert_tensor_parallel_world_size() != mpu.get_tensor_model_parallel_world_size():
-        raise PatchVersionError("reshard assumes expert TP == TP (Megatron-core's default)")
     return {
         "rank": dist.get_rank(),
         "world": dist.get_world_size(),
         "tp": mpu.get_tensor_model_parallel_world_size(),
         "pp": mpu.get_pipeline_model_parallel_world_size(),
         "ep": mpu.get_expert_model_parallel_world_size(),
+        "etp": mpu.get_expert_tensor_parallel_world_size(),
         "tp_rank": mpu.get_tensor_model_parallel_rank(),
         "pp_rank": mpu.get_pipeline_model_parallel_rank(),
         "ep_rank": mpu.get_expert_model_parallel_rank(),
+        "etp_rank": mpu.get_expert_tensor_parallel_rank(),
     }
 
 
@@ -92,10 +115,12 @@ def build_request(worker: Any, actor_module: list, hf_config: Any, tf_config: An
         tp=info["tp"],
         pp=info["pp"],
         ep=info["ep"],
+        etp=info["etp"],
         layers_per_stage=_stage_sizes(shapes.num_layers, info["pp"], tf_config),
     )
     mine = train.coords(info["rank"])
-    if (mine["tp"], mine["pp"], mine["ep"]) != (info["tp_rank"], info["pp_rank"], info["ep_rank"]):
+    axes = ("tp", "pp", "ep", "etp")
+    if tuple(mine[a] for a in axes) != tuple(info[f"{a}_rank"] for a in axes):
         raise PatchVersionError(f"reshard: Megatron's rank order differs from the planner's ({mine} vs {info})")
     rollout = worker.config.rollout
     # With the vllm_dp patch the rollout EP is TP x VLLM_DP_SIZE (verl's own expert_parallel_size stays 1).
@@ -118,11 +143,11 @@ def build_request(worker: Any, actor_module: list, hf_config: Any, tf_config: An
             parts[2] = str(int(parts[2]) + offset)
         return ".".join(parts)
 
-    shards = megatron_shards((global_name(n), t) for n, t in named.items())
+    shards = megatron_shards(((global_name(n), t) for n, t in named.items()), shapes)
     return ReshardRequest(plan=plan, rank=info["rank"], train_shards=shards)
 
 
-@PATCH.applies_to(MEGATRON_WORKERS, also=("verl.utils.megatron_utils",))
+@PATCH.applies_to(MEGATRON_WORKERS, also=("verl.utils.megatron_utils",), releases=V061)
 def patch_megatron_workers(module: Any) -> None:
     cls = module.ActorRolloutRefWorker
     original_mode = cls.rollout_mode
@@ -156,7 +181,7 @@ def rollout_model(rollout: Any) -> Any:
     return engine.llm_engine.model_executor.driver_worker.worker.model_runner.model
 
 
-@PATCH.applies_to(VLLM_ROLLOUT)
+@PATCH.applies_to(VLLM_ROLLOUT, releases=V061)
 def patch_vllm_rollout(module: Any) -> None:
     from ..reshard.verl_sync import ReshardRequest  # lazy: torch
 
@@ -170,3 +195,70 @@ def patch_vllm_rollout(module: Any) -> None:
             return await _original(self, weights, **kwargs)
 
         cls.update_weights = update_weights
+
+
+# --- verl 0.9.0 ----------------------------------------------------------------------------------
+
+
+@PATCH.wrap(ENGINE_WORKERS, "ActorRolloutRefWorker.update_weights", releases=V090)
+def engine_worker_sync(original):
+    """Marks the engine worker's weight sync, so that its engine's export (and no other caller's) reshards."""
+
+    async def update_weights(self, *args, **kwargs):
+        token = _worker.set(self)
+        try:
+            return await original(self, *args, **kwargs)
+        finally:
+            _worker.reset(token)
+
+    return update_weights
+
+
+@PATCH.wrap(MEGATRON_ENGINE, "MegatronEngine.get_per_tensor_param", releases=V090)
+def engine_reshard_export(original):
+    """Inside the sync: this rank's rollout shards by the alltoallv plan instead of the bridge's full tensors."""
+
+    def get_per_tensor_param(self, *args, **kwargs):
+        worker = _worker.get()
+        if worker is None:
+            return original(self, *args, **kwargs)
+        if self.peft_cls is not None or self._qat_enabled:
+            raise PatchVersionError("reshard maps full weights only: turn it off for LoRA or QAT runs")
+        # Offloaded parameters come back first, as verl's own export does.
+        sys.modules[MEGATRON_ENGINE].load_megatron_model_to_gpu(self.module, load_grad=False)
+        request = build_request(worker, self.module, self.model_config.hf_config, self.tf_config)
+        device = next(iter(request.train_shards.values()))
+        device = (device[0] if isinstance(device, list) else device).device
+        return iter(request.staged(device).items()), None
+
+    return get_per_tensor_param
+
+
+@PATCH.wrap(VLLM_EXTENSION, "vLLMColocateWorkerExtension.update_weights_from_ipc", releases=V090)
+def rollout_receive(original):
+    """One sync's receive loop: afterwards every parameter of the rollout model has had a value."""
+
+    def update_weights_from_ipc(self, *args, **kwargs):
+        from ..reshard.verl_sync import require_all_written  # lazy: torch
+
+        self._npu_rl_written = set()
+        out = original(self, *args, **kwargs)
+        require_all_written(self.model_runner.model.named_parameters(), self._npu_rl_written)
+        return out
+
+    return update_weights_from_ipc
+
+
+@PATCH.wrap(VLLM_EXTENSION, "vLLMColocateWorkerExtension._update_weights", releases=V090)
+def rollout_write(original):
+    """A received bucket holds rollout shards: copied into the parameters, not resharded by ``load_weights``."""
+
+    def _update_weights(self, weights, peft_config, base_sync_done):
+        from ..reshard.verl_sync import write_shards  # lazy: torch
+
+        if peft_config:
+            return original(self, weights, peft_config, base_sync_done)
+        self._npu_rl_written |= write_shards(self.model_runner.model.named_parameters(), weights)
+        return None
+
+    return _update_weights

@@ -274,6 +274,12 @@ class ActorSpec(Strict):
         description="Megatron expert-parallel size (MoE) -> verl "
         "`actor_rollout_ref.{actor,ref}.megatron.expert_model_parallel_size`",
     )
+    expert_tensor_parallel_size: int | None = Field(
+        None,
+        gt=0,
+        description="Megatron tensor-parallel size inside each expert (MoE; null: the tensor-parallel size, "
+        "Megatron-core's default) -> verl `actor_rollout_ref.actor.megatron.expert_tensor_parallel_size`",
+    )
     layers_per_stage: list[int] | None = Field(
         None,
         description="Layers of each pipeline stage, uneven first/last -> verl `+actor_rollout_ref.actor.megatron."

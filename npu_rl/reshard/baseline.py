@@ -19,12 +19,13 @@ from .shards import extract, insert
 
 @dataclass
 class Groups:
-    pp: Any
-    ep: Any
-    tp: Any
-    pp_ranks: list[int]
-    ep_ranks: list[int]
-    tp_ranks: list[int]
+    """Megatron's groups of this rank, by axis ("pp", and the splitting axes "ep", "etp", "tp"): (group, ranks)."""
+
+    by_axis: dict[str, tuple[Any, list[int]]]
+
+    @property
+    def pp(self) -> tuple[Any, list[int]]:
+        return self.by_axis["pp"]
 
 
 def _enumerate(world: int, key) -> list[list[int]]:
@@ -35,13 +36,16 @@ def _enumerate(world: int, key) -> list[list[int]]:
 
 
 def make_groups(plan: Plan, rank: int) -> Groups:
-    """Megatron's PP, EP and TP groups of the training layout (collective: every rank calls it)."""
+    """Megatron's PP, TP, EP and ETP groups of the training layout (collective: every rank calls it)."""
     lay = plan.train
     c = lay.coords
+    stage = lay.world // lay.pp
     blocks = {
-        "pp": _enumerate(lay.world, lambda r: (r % lay.tp, (r // lay.tp) % lay.dp)),
-        "ep": _enumerate(lay.world, lambda r: (c(r)["pp"], c(r)["tp"], ((r // lay.tp) % lay.dp) // lay.ep)),
+        "pp": _enumerate(lay.world, lambda r: r % stage),
         "tp": _enumerate(lay.world, lambda r: r // lay.tp),
+        # The expert grid of a stage: EP peers share their ETP rank and expert-data-parallel index.
+        "ep": _enumerate(lay.world, lambda r: (c(r)["pp"], c(r)["etp"], (r % stage) // (lay.etp * lay.ep))),
+        "etp": _enumerate(lay.world, lambda r: (c(r)["pp"], (r % stage) // lay.etp)),
     }
     mine = {}
     for name, ranks_list in blocks.items():
@@ -49,7 +53,7 @@ def make_groups(plan: Plan, rank: int) -> Groups:
             g = dist.new_group(ranks) if len(ranks) > 1 else None
             if rank in ranks:
                 mine[name] = (g, ranks)
-    return Groups(mine["pp"][0], mine["ep"][0], mine["tp"][0], mine["pp"][1], mine["ep"][1], mine["tp"][1])
+    return Groups(mine)
 
 
 def allgather_reshard(
@@ -73,12 +77,14 @@ def allgather_reshard(
         else:
             shard = torch.empty(g.train_shape(key), dtype=dtype)
         if lay.pp > 1:
-            owner = next(r for r in groups.pp_ranks if lay.coords(r)["pp"] == stage)
-            dist.broadcast(shard, src=owner, group=groups.pp)
+            pp_group, pp_ranks = groups.pp
+            owner = next(r for r in pp_ranks if lay.coords(r)["pp"] == stage)
+            dist.broadcast(shard, src=owner, group=pp_group)
         pieces = {key: shard}
-        for axis, grp, ranks in (("ep", groups.ep, groups.ep_ranks), ("tp", groups.tp, groups.tp_ranks)):
+        for axis in ("ep", "etp", "tp"):
             if axis not in p.train_split or lay.size(axis) == 1:
                 continue
+            grp, ranks = groups.by_axis[axis]
             dim = p.train_split.index(axis)
             gathered = {}
             for k, t in pieces.items():

@@ -1,5 +1,6 @@
 """Run a function on N local CPU processes joined by a gloo process group, and build the
-seeded full weights and per-rank shards the tests and the benchmark compare against."""
+seeded full weights and per-rank shards the tests and the benchmark compare against, and the same
+shards under the names Megatron-core and vLLM give them (stand-ins of the two models' parameters)."""
 
 from __future__ import annotations
 
@@ -14,6 +15,7 @@ import torch.distributed as dist
 
 from ..cluster.probe import free_port
 from .executor import _DTYPES
+from .params import ModelShapes
 from .planner import Plan
 from .shards import extract
 
@@ -102,3 +104,99 @@ def blank_infer_shards(plan: Plan, rank: int) -> dict[str, torch.Tensor]:
         p.name: torch.full(plan.infer_shape(i, rank), float("nan"), dtype=_DTYPES[p.dtype])
         for i, p in enumerate(plan.params)
     }
+
+
+def megatron_named(
+    plan: Plan, rank: int, full: dict[str, torch.Tensor], shapes: ModelShapes, offset: int
+) -> dict[str, torch.Tensor]:
+    """This rank's training shards as Megatron-core names them: stage-local layer numbers (``offset``: the
+    stage's first layer), one parameter per local expert, Qwen3's q, k and v in one ``linear_qkv`` interleaved
+    per key/value group, the router's expert bias among them (a buffer: the caller keeps it out of
+    ``named_parameters``)."""
+    from .verl_sync import _MCORE_LAYER, _MCORE_QWEN3_LAYER, _MCORE_TOP
+
+    qwen3 = shapes.arch == "qwen3_moe"
+    top = {v: k for k, v in _MCORE_TOP.items()}
+    # One Megatron name per canonical one: TE's fused input norm for Qwen3, Megatron's own pre-MLP norm.
+    skip = {"mlp.linear_fc1.layer_norm_weight", "input_layernorm.weight" if qwen3 else ""}
+    table = {**_MCORE_LAYER, **_MCORE_QWEN3_LAYER} if qwen3 else _MCORE_LAYER
+    layer = {v: k for k, v in table.items() if k not in skip}
+    shards = train_shards(plan, rank, full, experts_as_list=True)
+    out: dict[str, torch.Tensor] = {}
+    qkv: dict[str, dict[str, torch.Tensor]] = {}
+    for name, t in shards.items():
+        if name in top:
+            out[top[name]] = t
+            continue
+        _, _, i, rest = name.split(".", 3)
+        local = f"decoder.layers.{int(i) - offset}."
+        if rest.startswith("mlp.experts."):
+            fc = "1" if rest.endswith("w13_weight") else "2"
+            out.update({f"{local}mlp.experts.linear_fc{fc}.weight{j}": e for j, e in enumerate(t)})
+        elif rest.split(".")[-2] in ("q_proj", "k_proj", "v_proj"):
+            qkv.setdefault(local, {})[rest.split(".")[-2]] = t
+        else:
+            out[local + layer[rest]] = t
+    d, per_group = shapes.head_dim, shapes.num_heads // max(shapes.num_kv_heads, 1)
+    for local, parts in qkv.items():
+        groups = parts["k_proj"].shape[0] // d
+        rows = [
+            torch.cat([parts["q_proj"][g * per_group * d : (g + 1) * per_group * d], parts[k][g * d : (g + 1) * d]])
+            if k == "k_proj"
+            else parts[k][g * d : (g + 1) * d]
+            for g in range(groups)
+            for k in ("k_proj", "v_proj")
+        ]
+        out[local + "self_attention.linear_qkv.weight"] = torch.cat(rows)
+    return out
+
+
+def vllm_named(plan: Plan, rank: int, full: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+    """This rank's inference shards as vLLM names them: Qwen3's q, k and v fused into ``qkv_proj``, [q; k; v]."""
+    want = expected_infer_shards(plan, rank, full)
+    out: dict[str, torch.Tensor] = {}
+    for name, t in want.items():
+        if name.endswith(("k_proj.weight", "v_proj.weight")):
+            continue
+        if name.endswith("q_proj.weight"):
+            pre = name[: -len("q_proj.weight")]
+            out[pre + "qkv_proj.weight"] = torch.cat([t, want[pre + "k_proj.weight"], want[pre + "v_proj.weight"]])
+            continue
+        out[name] = t
+    return out
+
+
+def hf_config(shapes: ModelShapes) -> Any:
+    """A stand-in of the model's transformers config, with the fields ``verl_sync.shapes_from_hf_config`` reads."""
+    from types import SimpleNamespace
+
+    common = dict(
+        num_hidden_layers=shapes.num_layers,
+        hidden_size=shapes.hidden,
+        intermediate_size=shapes.intermediate,
+        moe_intermediate_size=shapes.moe_intermediate,
+        vocab_size=shapes.vocab,
+        num_attention_heads=shapes.num_heads,
+    )
+    if shapes.arch == "qwen3_moe":
+        return SimpleNamespace(
+            model_type="qwen3_moe",
+            num_experts=shapes.num_experts,
+            num_key_value_heads=shapes.num_kv_heads,
+            head_dim=shapes.head_dim,
+            mlp_only_layers=[],
+            decoder_sparse_step=1,
+            **common,
+        )
+    return SimpleNamespace(
+        model_type="deepseek_v3",
+        first_k_dense_replace=shapes.first_k_dense,
+        n_routed_experts=shapes.num_experts,
+        n_shared_experts=shapes.num_shared_experts,
+        q_lora_rank=shapes.q_lora_rank,
+        kv_lora_rank=shapes.kv_lora_rank,
+        qk_nope_head_dim=shapes.qk_nope_head_dim,
+        qk_rope_head_dim=shapes.qk_rope_head_dim,
+        v_head_dim=shapes.v_head_dim,
+        **common,
+    )

@@ -1,9 +1,12 @@
 """Training (Megatron) and inference (vLLM) device layouts, and which shard each rank holds.
 
 Rank numbering follows Megatron-core's default order ``tp-cp-ep-dp-pp`` (TP fastest,
-PP slowest; EP carved out of DP) and vLLM's (TP fastest; EP spans ``ep`` consecutive
-ranks, i.e. TP x DP). Training and rollout share the same devices (verl's hybrid
-engine), so inference rank r and training rank r are the same process.
+PP slowest; context-parallel ranks hold replicas of the weights, as data-parallel ones do) and, for the
+routed experts, its expert grid ``tp-ep-dp-pp`` inside a pipeline stage with the expert-tensor size ETP
+in the place of TP (megatron-core ``parallel_state.initialize_model_parallel``, the ``expert_decoder``
+RankGenerator); vLLM's is TP fastest, EP spanning ``ep`` consecutive ranks (TP x DP). Training and
+rollout share the same devices (verl's hybrid engine), so inference rank r and training rank r are the
+same process.
 """
 
 from __future__ import annotations
@@ -29,16 +32,21 @@ class TrainLayout:
     pp: int = 1
     ep: int = 1
     layers_per_stage: tuple[int, ...] | None = None
+    # Expert tensor parallel size; 0: TP (Megatron-core's default when expert_tensor_parallel_size is unset).
+    etp: int = 0
 
     def __post_init__(self) -> None:
-        for name in ("world", "tp", "pp", "ep"):
+        if self.etp == 0:
+            object.__setattr__(self, "etp", self.tp)
+        for name in ("world", "tp", "pp", "ep", "etp"):
             _positive(f"training {name}", getattr(self, name))
         if self.world % (self.tp * self.pp):
             raise ReshardLayoutError(f"training TP*PP ({self.tp}*{self.pp}) does not divide the {self.world} ranks")
-        if self.dp % self.ep:
+        stage = self.world // self.pp
+        if stage % (self.etp * self.ep):
             raise ReshardLayoutError(
-                f"training EP {self.ep} does not divide the data-parallel size {self.dp} "
-                f"({self.world} ranks / TP {self.tp} / PP {self.pp}); Megatron carves EP out of DP"
+                f"training ETP*EP ({self.etp}*{self.ep}) does not divide the {stage} ranks of a pipeline stage "
+                f"({self.world} ranks / PP {self.pp}); Megatron lays the expert grid over each stage's ranks"
             )
         if self.layers_per_stage is not None:
             object.__setattr__(self, "layers_per_stage", tuple(self.layers_per_stage))
@@ -66,17 +74,22 @@ class TrainLayout:
         return self.layers_per_stage
 
     def coords(self, rank: int) -> dict[str, int]:
-        """Parallel ranks of a global rank; experts are split over TP too (Megatron-core ETP = TP)."""
-        tp_rank = rank % self.tp
-        dp_rank = (rank // self.tp) % self.dp
-        return {"tp": tp_rank, "ep": dp_rank % self.ep, "pp": rank // (self.tp * self.dp)}
+        """Parallel ranks of a global rank: TP and PP of the dense layers, EP and ETP of the expert grid."""
+        in_stage = rank % (self.world // self.pp)
+        return {
+            "tp": rank % self.tp,
+            "etp": in_stage % self.etp,
+            "ep": (in_stage // self.etp) % self.ep,
+            "pp": rank // (self.world // self.pp),
+        }
 
     def size(self, axis: str) -> int:
-        return {"tp": self.tp, "ep": self.ep}[axis]
+        return {"tp": self.tp, "ep": self.ep, "etp": self.etp}[axis]
 
     def describe(self) -> str:
         split = f" layers {','.join(map(str, self.layers_per_stage))}" if self.layers_per_stage else ""
-        return f"train TP{self.tp} PP{self.pp} EP{self.ep} DP{self.dp}{split}"
+        etp = f" ETP{self.etp}" if self.etp != self.tp else ""
+        return f"train TP{self.tp} PP{self.pp} EP{self.ep}{etp} DP{self.dp}{split}"
 
 
 @dataclass(frozen=True)

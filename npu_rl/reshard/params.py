@@ -1,4 +1,6 @@
-"""Parameter inventory of a DeepSeek-V3/R1-style MoE model in a canonical (HF) layout.
+"""Parameter inventory of a MoE model in a canonical (HF) layout: DeepSeek-V3/R1 (MLA attention, dense
+first layers, a shared expert) or Qwen3-MoE (grouped-query attention with per-head q/k norms, every
+layer sparse, no shared expert).
 
 Each parameter is one logical tensor; routed experts of a layer are stacked along a
 leading expert dimension (one layer's ``w13`` is [E, 2F, H], the unit the all_gather
@@ -53,9 +55,13 @@ class ParamSpec:
         return self.granule or (1,) * len(self.shape)
 
 
+ARCHS = ("deepseek_v3", "qwen3_moe")  # transformers' model_type of each architecture the planner knows
+
+
 @dataclass(frozen=True)
 class ModelShapes:
-    """Defaults are DeepSeek-V3 / R1 (config.json of deepseek-ai/DeepSeek-V3)."""
+    """Defaults are DeepSeek-V3 / R1 (config.json of deepseek-ai/DeepSeek-V3); :meth:`qwen3_235b` is
+    Qwen3-235B-A22B's. MLA fields are DeepSeek's only, ``num_kv_heads``/``head_dim`` Qwen3's only."""
 
     num_layers: int = 61
     first_k_dense: int = 3
@@ -72,10 +78,50 @@ class ModelShapes:
     qk_rope_head_dim: int = 64
     v_head_dim: int = 128
     dtype: str = "bfloat16"
+    arch: str = "deepseek_v3"
+    num_kv_heads: int = 0
+    head_dim: int = 0
+
+    def __post_init__(self) -> None:
+        if self.arch not in ARCHS:
+            raise ValueError(f"unknown architecture {self.arch!r} (known: {', '.join(ARCHS)})")
 
     @classmethod
-    def tiny(cls, **kw: int) -> ModelShapes:
-        """Same structure at toy sizes, for multi-process CPU tests."""
+    def qwen3_235b(cls, **kw: Any) -> ModelShapes:
+        """Qwen3-235B-A22B (config.json of Qwen/Qwen3-235B-A22B)."""
+        base: dict[str, Any] = dict(
+            arch="qwen3_moe",
+            num_layers=94,
+            first_k_dense=0,
+            hidden=4096,
+            intermediate=12288,
+            moe_intermediate=1536,
+            num_experts=128,
+            num_shared_experts=0,
+            vocab=151936,
+            num_heads=64,
+            num_kv_heads=4,
+            head_dim=128,
+        )
+        base.update(kw)
+        return cls(**base)
+
+    @classmethod
+    def tiny(cls, **kw: Any) -> ModelShapes:
+        """Same structure at toy sizes, for multi-process CPU tests (``arch="qwen3_moe"``: Qwen3-MoE's)."""
+        if kw.get("arch") == "qwen3_moe":
+            qwen: dict[str, Any] = dict(
+                num_layers=4,
+                hidden=16,
+                moe_intermediate=8,
+                num_experts=16,
+                vocab=64,
+                num_heads=8,
+                num_kv_heads=4,
+                head_dim=4,
+            )
+            qwen.update(kw)
+            return cls.qwen3_235b(**qwen)
         base: dict[str, Any] = dict(
             num_layers=4,
             first_k_dense=1,
@@ -95,15 +141,74 @@ class ModelShapes:
         return cls(**base)
 
 
+COL, ROW, REP = ("tp", None), (None, "tp"), (None, None)
+
+
+def _p(m: ModelShapes):
+    def p(name: str, shape: tuple[int, ...], layer: int, train, infer=None, fused=None, dtype=None, granule=None):
+        infer = infer if infer is not None else train
+        return ParamSpec(name, shape, layer, train, infer, fused, dtype or m.dtype, granule)
+
+    return p
+
+
+def _routed_experts(m: ModelShapes, pre: str, i: int) -> list[ParamSpec]:
+    """Megatron splits routed experts over EP and, inside each expert, over ETP (expert tensor parallel);
+    vLLM with expert parallelism keeps every expert whole on one rank."""
+    p = _p(m)
+    return [
+        p(
+            pre + "mlp.experts.w13_weight",
+            (m.num_experts, 2 * m.moe_intermediate, m.hidden),
+            i,
+            ("ep", "etp", None),
+            ("ep", None, None),
+            fused=(1, 2, 1),
+        ),
+        p(
+            pre + "mlp.experts.w2_weight",
+            (m.num_experts, m.hidden, m.moe_intermediate),
+            i,
+            ("ep", None, "etp"),
+            ("ep", None, None),
+        ),
+    ]
+
+
 def model_params(m: ModelShapes) -> list[ParamSpec]:
     """Every weight of the model, in the order the weight sync walks them (embedding, layers, head)."""
-    col, row, rep = ("tp", None), (None, "tp"), (None, None)
-    h, dt = m.hidden, m.dtype
+    return _qwen3_moe_params(m) if m.arch == "qwen3_moe" else _deepseek_params(m)
+
+
+def _qwen3_moe_params(m: ModelShapes) -> list[ParamSpec]:
+    p, h, d = _p(m), m.hidden, m.head_dim
+    out = [p("model.embed_tokens.weight", (m.vocab, h), EMBED_LAYER, COL)]
+    for i in range(m.num_layers):
+        pre = f"model.layers.{i}."
+        out += [
+            p(pre + "input_layernorm.weight", (h,), i, (None,)),
+            # Whole heads per TP rank, on both sides: vLLM's qkv_proj holds [q; k; v] of its heads, which
+            # npu_rl.reshard.verl_sync addresses as three row ranges of the one tensor.
+            p(pre + "self_attn.q_proj.weight", (m.num_heads * d, h), i, COL, granule=(d, 1)),
+            p(pre + "self_attn.k_proj.weight", (m.num_kv_heads * d, h), i, COL, granule=(d, 1)),
+            p(pre + "self_attn.v_proj.weight", (m.num_kv_heads * d, h), i, COL, granule=(d, 1)),
+            p(pre + "self_attn.q_norm.weight", (d,), i, (None,)),
+            p(pre + "self_attn.k_norm.weight", (d,), i, (None,)),
+            p(pre + "self_attn.o_proj.weight", (h, m.num_heads * d), i, ROW, granule=(1, d)),
+            p(pre + "post_attention_layernorm.weight", (h,), i, (None,)),
+            p(pre + "mlp.gate.weight", (m.num_experts, h), i, REP),
+            *_routed_experts(m, pre, i),
+        ]
+    return out + [
+        p("model.norm.weight", (h,), m.num_layers, (None,)),
+        p("lm_head.weight", (m.vocab, h), m.num_layers, COL),
+    ]
+
+
+def _deepseek_params(m: ModelShapes) -> list[ParamSpec]:
+    col, row, rep = COL, ROW, REP
+    p, h = _p(m), m.hidden
     qk_head = m.qk_nope_head_dim + m.qk_rope_head_dim
-
-    def p(name: str, shape: tuple[int, ...], layer: int, train, infer=None, fused=None, dtype=dt, granule=None):
-        return ParamSpec(name, shape, layer, train, infer if infer is not None else train, fused, dtype, granule)
-
     out = [p("model.embed_tokens.weight", (m.vocab, h), EMBED_LAYER, col)]
     for i in range(m.num_layers):
         pre = f"model.layers.{i}."
@@ -137,23 +242,7 @@ def model_params(m: ModelShapes) -> list[ParamSpec]:
             p(pre + "mlp.gate.e_score_correction_bias", (m.num_experts,), i, (None,), dtype="float32"),
             p(pre + "mlp.shared_experts.gate_up_proj.weight", (2 * shared, h), i, col, fused=(2, 1)),
             p(pre + "mlp.shared_experts.down_proj.weight", (h, shared), i, row),
-            # Routed experts: Megatron splits them over EP and (ETP = TP) inside each expert;
-            # vLLM with expert parallelism keeps every expert whole on one rank.
-            p(
-                pre + "mlp.experts.w13_weight",
-                (m.num_experts, 2 * m.moe_intermediate, h),
-                i,
-                ("ep", "tp", None),
-                ("ep", None, None),
-                fused=(1, 2, 1),
-            ),
-            p(
-                pre + "mlp.experts.w2_weight",
-                (m.num_experts, h, m.moe_intermediate),
-                i,
-                ("ep", None, "tp"),
-                ("ep", None, None),
-            ),
+            *_routed_experts(m, pre, i),
         ]
     out += [
         p("model.norm.weight", (h,), m.num_layers, (None,)),

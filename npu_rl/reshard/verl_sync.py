@@ -1,11 +1,17 @@
 """Glue between verl's megatron worker, vLLM's model and the reshard executor.
 
-Training shards come from Megatron-core's named parameters (verl 0.6.1's DeepSeek-V3
-naming, see verl.models.mcore.weight_converter.McoreToHFWeightConverterDpskv3), with
-layer numbers made global by the caller; inference targets are vLLM's parameters,
-overwritten in place. A target whose shape is the expected one with the last two
-dims swapped (vllm-ascend keeps MoE weights transposed for its grouped matmul) is
+Training shards come from Megatron-core's named parameters (the names verl 0.6.1's converters read:
+``verl/models/mcore/weight_converter.py`` McoreToHFWeightConverterDpskv3 for DeepSeek-V3, and
+McoreToHFWeightConverterDense / Qwen3Moe for Qwen3-MoE), with layer numbers made global by the caller;
+inference targets are vLLM's parameters, overwritten in place. A target whose shape is the expected one
+with the last two dims swapped (vllm-ascend keeps MoE weights transposed for its grouped matmul) is
 written through a transposed view; any other mismatch is an error, never a skip.
+
+Qwen3's attention is one fused tensor on both sides, laid out differently: Megatron's ``linear_qkv``
+interleaves per key/value group ``[q of the group's heads; k; v]`` (how verl 0.6.1's
+``utils/megatron_utils.py`` convert_qkv_shard reads it), vLLM's ``qkv_proj`` holds ``[q; k; v]`` of the
+rank's heads (``QKVParallelLinear``). The planner sees q, k and v as three parameters: the training
+side de-interleaves a copy, the inference side writes three row ranges of ``qkv_proj``.
 """
 
 from __future__ import annotations
@@ -18,7 +24,7 @@ from typing import Any
 
 import torch
 
-from .executor import ExecStats, execute
+from .executor import _DTYPES, ExecStats, execute
 from .layout import InferLayout, ReshardLayoutError, TrainLayout
 from .params import ModelShapes, model_params
 from .planner import BUCKET_ENV, DEFAULT_BUCKET_BYTES, Plan, plan_reshard
@@ -51,7 +57,44 @@ _MCORE_LAYER = {
 }
 
 
+_MCORE_QWEN3_LAYER = {
+    "input_layernorm.weight": "input_layernorm.weight",
+    "self_attention.linear_qkv.layer_norm_weight": "input_layernorm.weight",
+    "self_attention.q_layernorm.weight": "self_attn.q_norm.weight",
+    "self_attention.k_layernorm.weight": "self_attn.k_norm.weight",
+    "self_attention.linear_proj.weight": "self_attn.o_proj.weight",
+    "pre_mlp_layernorm.weight": "post_attention_layernorm.weight",
+    "mlp.router.weight": "mlp.gate.weight",
+}
+_QKV = "self_attention.linear_qkv.weight"
+_QKV_PARTS = ("q_proj", "k_proj", "v_proj")
+
+
 def shapes_from_hf_config(cfg: Any) -> ModelShapes:
+    """The planner's shapes of a model from its HF config; an architecture it does not know is one error."""
+    kind = getattr(cfg, "model_type", None)
+    if kind == "qwen3_moe":
+        if getattr(cfg, "mlp_only_layers", None) or getattr(cfg, "decoder_sparse_step", 1) != 1:
+            raise ReshardLayoutError("reshard: Qwen3-MoE with dense layers (mlp_only_layers) is not mapped")
+        return ModelShapes(
+            arch="qwen3_moe",
+            num_layers=cfg.num_hidden_layers,
+            first_k_dense=0,
+            hidden=cfg.hidden_size,
+            intermediate=cfg.intermediate_size,
+            moe_intermediate=cfg.moe_intermediate_size,
+            num_experts=cfg.num_experts,
+            num_shared_experts=0,
+            vocab=cfg.vocab_size,
+            num_heads=cfg.num_attention_heads,
+            num_kv_heads=cfg.num_key_value_heads,
+            head_dim=getattr(cfg, "head_dim", None) or cfg.hidden_size // cfg.num_attention_heads,
+        )
+    if kind != "deepseek_v3":
+        raise ReshardLayoutError(
+            f"reshard: no plan for model_type {kind!r} (it maps deepseek_v3 and qwen3_moe); "
+            "set reshard.enabled false to sync through verl's own gather"
+        )
     return ModelShapes(
         num_layers=cfg.num_hidden_layers,
         first_k_dense=cfg.first_k_dense_replace,
@@ -70,11 +113,31 @@ def shapes_from_hf_config(cfg: Any) -> ModelShapes:
     )
 
 
-def megatron_shards(named: Iterable[tuple[str, torch.Tensor]]) -> dict[str, Any]:
+def split_qkv(t: torch.Tensor, shapes: ModelShapes) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Megatron's local ``linear_qkv`` shard, ``[q; k; v]`` per key/value group, as this rank's q, k and v rows."""
+    d, per_group = shapes.head_dim, shapes.num_heads // shapes.num_kv_heads
+    rows = (per_group + 2) * d
+    if t.shape[0] % rows:
+        raise ReshardLayoutError(
+            f"reshard: linear_qkv shard of {t.shape[0]} rows is not whole groups of {rows} "
+            f"({per_group} query heads + k + v, head_dim {d})"
+        )
+    g = t.reshape(t.shape[0] // rows, per_group + 2, d, *t.shape[1:])
+    return (
+        g[:, :per_group].reshape(-1, *t.shape[1:]).contiguous(),
+        g[:, per_group].reshape(-1, *t.shape[1:]).contiguous(),
+        g[:, per_group + 1].reshape(-1, *t.shape[1:]).contiguous(),
+    )
+
+
+def megatron_shards(named: Iterable[tuple[str, torch.Tensor]], shapes: ModelShapes | None = None) -> dict[str, Any]:
     """Canonical name -> local training shard (per-expert lists ordered by local expert id).
 
-    ``named`` yields Megatron parameter names whose layer numbers are already global.
+    ``named`` yields Megatron parameter names whose layer numbers are already global; ``shapes`` says
+    which architecture's names they are (default DeepSeek-V3's).
     """
+    qwen3 = shapes.arch == "qwen3_moe" if shapes is not None else False
+    layer_names = {**_MCORE_LAYER, **_MCORE_QWEN3_LAYER} if qwen3 else _MCORE_LAYER
     out: dict[str, Any] = {}
     experts: dict[str, dict[int, torch.Tensor]] = {}
     for name, tensor in named:
@@ -92,17 +155,46 @@ def megatron_shards(named: Iterable[tuple[str, torch.Tensor]]) -> dict[str, Any]
             kind = "w13_weight" if e.group(1) == "1" else "w2_weight"
             experts.setdefault(f"model.layers.{layer}.mlp.experts.{kind}", {})[int(e.group(2))] = tensor.data
             continue
-        if rest not in _MCORE_LAYER:
+        if shapes is not None and qwen3 and rest == _QKV:
+            for part, t in zip(_QKV_PARTS, split_qkv(tensor.data, shapes), strict=True):
+                out[f"model.layers.{layer}.self_attn.{part}.weight"] = t
+            continue
+        if rest not in layer_names:
             raise ReshardLayoutError(f"reshard: no canonical name for Megatron parameter {name!r}")
-        out[f"model.layers.{layer}.{_MCORE_LAYER[rest]}"] = tensor.data
+        out[f"model.layers.{layer}.{layer_names[rest]}"] = tensor.data
     for key, by_id in experts.items():
         out[key] = [by_id[i] for i in sorted(by_id)]
+    return out
+
+
+def _qkv_rows(plan: Plan, rank: int, have: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+    """q, k and v of each layer as row ranges of vLLM's fused ``qkv_proj`` ([q; k; v] of this rank's heads)."""
+    rows = {p.name: (i, plan.infer_shape(i, rank)[0]) for i, p in enumerate(plan.params)}
+    out = {}
+    for name, fused in have.items():
+        if not name.endswith(".self_attn.qkv_proj.weight"):
+            continue
+        pre = name[: -len("qkv_proj.weight")]
+        start = 0
+        for part in _QKV_PARTS:
+            key = f"{pre}{part}.weight"
+            if key not in rows:
+                break
+            n = rows[key][1]
+            out[key] = fused[start : start + n]
+            start += n
+        else:
+            if start != fused.shape[0]:
+                raise ReshardLayoutError(
+                    f"reshard: rollout parameter {name} has {fused.shape[0]} rows, the plan's q, k and v {start}"
+                )
     return out
 
 
 def inference_targets(plan: Plan, rank: int, named: Iterable[tuple[str, torch.Tensor]]) -> dict[str, torch.Tensor]:
     """vLLM's parameters as writable views in the planner's inference shard shapes."""
     have = {n: t.data for n, t in named}
+    have.update(_qkv_rows(plan, rank, have))
     out = {}
     for i, p in enumerate(plan.params):
         want = plan.infer_shape(i, rank)
@@ -142,6 +234,64 @@ class ReshardRequest:
         targets = inference_targets(self.plan, self.rank, named_inference_params)
         device = next(iter(targets.values())).device
         return execute(self.plan, self.rank, self.train_shards, targets, group=self.group, device=device)
+
+    def staged(self, device: torch.device | str | None = None) -> dict[str, torch.Tensor]:
+        """Runs the reshard into fresh tensors, this rank's rollout shards under vLLM's names (verl 0.9, whose
+        rollout model lives in another process: the sync then streams them there)."""
+        buffers = inference_buffers(self.plan, self.rank, device)
+        self.apply(buffers.items())
+        return buffers
+
+
+def inference_buffers(plan: Plan, rank: int, device: torch.device | str | None = None) -> dict[str, torch.Tensor]:
+    """Empty tensors shaped as this rank's vLLM parameters of the plan: q, k and v fused into ``qkv_proj``."""
+    out: dict[str, torch.Tensor] = {}
+    for i, p in enumerate(plan.params):
+        shape = plan.infer_shape(i, rank)
+        dtype = _DTYPES[p.dtype]
+        part = next((q for q in _QKV_PARTS if p.name.endswith(f".self_attn.{q}.weight")), None)
+        if part is None:
+            out[p.name] = torch.empty(shape, dtype=dtype, device=device)
+            continue
+        fused = p.name[: -len(f"{part}.weight")] + "qkv_proj.weight"
+        have = out.get(fused)
+        rows = shape[0] + (have.shape[0] if have is not None else 0)
+        out[fused] = torch.empty((rows, *shape[1:]), dtype=dtype, device=device)
+    return out
+
+
+def write_shards(
+    named_params: Iterable[tuple[str, torch.Tensor]], shards: Iterable[tuple[str, torch.Tensor]]
+) -> set[str]:
+    """Copies received rollout shards into the vLLM model's parameters of the same name, in place (or through a
+    transposed view, as vllm-ascend keeps MoE weights); returns the names written. A name or shape the model
+    does not have is an error, never a skip."""
+    params = dict(named_params)
+    written = set()
+    for name, t in shards:
+        target = params.get(name)
+        if target is None:
+            raise ReshardLayoutError(f"reshard: the rollout model has no parameter {name!r}")
+        if tuple(target.shape) == tuple(t.shape):
+            target.data.copy_(t)
+        elif target.dim() >= 2 and tuple(target.shape) == tuple(t.transpose(-1, -2).shape):
+            target.data.copy_(t.transpose(-1, -2))
+        else:
+            raise ReshardLayoutError(
+                f"reshard: rollout parameter {name} has shape {tuple(target.shape)}, the sync sent {tuple(t.shape)}"
+            )
+        written.add(name)
+    return written
+
+
+def require_all_written(named_params: Iterable[tuple[str, torch.Tensor]], written: set[str]) -> None:
+    """Every parameter of the rollout model received a value: one the plan does not know would keep the
+    engine's start-up (dummy) weights and sample from them."""
+    missing = sorted(n for n, _ in named_params if n not in written)
+    if missing:
+        raise ReshardLayoutError(
+            f"reshard: {len(missing)} rollout parameter(s) got no value from the sync, e.g. {', '.join(missing[:3])}"
+        )
 
 
 _plan_cache: dict[tuple, Plan] = {}

@@ -197,3 +197,17 @@ def test_verl_megatron_worker_stops_on_cpu_where_the_refusal_says():
     assert run.returncode != 0 and "seeded" not in run.stdout
     assert "megatron/core/tensor_parallel/random.py" in run.stderr and "torch.cuda.get_rng_state()" in run.stderr
     assert run.stderr.strip().splitlines()[-1].endswith("AssertionError: Torch not compiled with CUDA enabled")
+
+
+def test_the_qwen3_235b_recipe_plans_its_whole_experts_at_the_minimum():
+    # Upstream's layout at its scale (128 ranks, TP4 PP4 EP32 with whole experts, rollout TP4 x DP32 = EP128)
+    # on a 4-layer slice of Qwen3-235B-A22B: before ETP was planned, the patch refused this recipe at its first
+    # weight sync ("reshard assumes expert TP == TP").
+    r = load_recipe("qwen3_235b_a22b_grpo_a3", {"actor.layers_per_stage": [1, 1, 1, 1]})
+    train, infer = reshard_layouts(r)
+    assert (train.tp, train.pp, train.ep, train.etp, infer.tp, infer.ep) == (4, 4, 32, 1, 4, 128)
+    assert "actor_rollout_ref.actor.megatron.expert_tensor_parallel_size=1" in megatron_overrides(r)
+    m = ModelShapes.qwen3_235b(num_layers=4, vocab=1024)
+    plan = plan_reshard(model_params(m), train, infer, num_layers=4, num_experts=m.num_experts)
+    rep = build_report(plan, 4)
+    assert rep.recv == rep.minimum and rep.total < sum(rep.allgather)

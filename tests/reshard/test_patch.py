@@ -13,8 +13,8 @@ import torch
 from npu_rl.patches import reshard as patch
 from npu_rl.patches.guard import PatchVersionError, changed_fingerprints, module_file
 from npu_rl.reshard import InferLayout, ModelShapes, ReshardLayoutError, TrainLayout
-from npu_rl.reshard.harness import expected_infer_shards, full_weights, run_ranks, train_shards
-from npu_rl.reshard.verl_sync import _MCORE_LAYER, _MCORE_TOP, cached_plan, inference_targets, megatron_shards
+from npu_rl.reshard.harness import full_weights, hf_config, megatron_named, run_ranks, vllm_named
+from npu_rl.reshard.verl_sync import cached_plan, inference_targets, megatron_shards
 
 
 def test_a_changed_verl_function_is_refused(tmp_path):
@@ -44,9 +44,24 @@ def test_unknown_names_and_shapes_are_errors_not_skips():
         inference_targets(plan, 0, named)
 
 
-MODEL = ModelShapes.tiny(moe_intermediate=4)  # non-square expert matrices: orientation is unambiguous
-TRAIN = TrainLayout(2, tp=1, pp=2, ep=1, layers_per_stage=(1, 3))
-INFER = InferLayout(2, tp=1, ep=2)
+# Non-square expert matrices: orientation is unambiguous. Per case: the model, the training and rollout
+# layouts on 2 ranks, and the pipeline split verl's TransformerConfig gives.
+CASES = {
+    "deepseek_v3": (
+        ModelShapes.tiny(moe_intermediate=4),
+        TrainLayout(2, tp=1, pp=2, ep=1, layers_per_stage=(1, 3)),
+        InferLayout(2, tp=1, ep=2),
+        (1, 3),
+    ),
+    # Qwen3-MoE's attention interleaved per group across TP 2, whole experts in training (ETP 1, EP 2).
+    "qwen3_moe": (
+        ModelShapes.tiny(arch="qwen3_moe", moe_intermediate=4),
+        TrainLayout(2, tp=2, pp=1, ep=2, etp=1),
+        InferLayout(2, tp=1, ep=2),
+        (None, None),
+    ),
+}
+MODEL, TRAIN, INFER, _ = CASES["deepseek_v3"]
 
 
 class _Module:
@@ -62,43 +77,26 @@ class _Module:
         return dict(self._named)
 
 
-def _megatron_names(shards: dict, offset: int) -> dict[str, torch.Tensor]:
-    top = {v: k for k, v in _MCORE_TOP.items()}
-    layer = {v: k for k, v in _MCORE_LAYER.items() if k != "mlp.linear_fc1.layer_norm_weight"}
-    out = {}
-    for name, t in shards.items():
-        if name in top:
-            out[top[name]] = t
-            continue
-        _, _, i, rest = name.split(".", 3)
-        local = f"decoder.layers.{int(i) - offset}."
-        if rest.startswith("mlp.experts."):
-            fc = "1" if rest.endswith("w13_weight") else "2"
-            out.update({f"{local}mlp.experts.linear_fc{fc}.weight{j}": e for j, e in enumerate(t)})
-        else:
-            out[local + layer[rest]] = t
-    return out
-
-
-def _sync_on_rank(rank: int, world: int):
-    plan = cached_plan(MODEL, TRAIN, INFER, 256)
-    full = full_weights(plan, seed=5)
-    coords = TRAIN.coords(rank)
-    patch.parallel_info = lambda: {
+def _parallel_info(rank: int, world: int, train: TrainLayout):
+    coords = train.coords(rank)
+    return lambda: {
         "rank": rank,
         "world": world,
-        "tp": TRAIN.tp,
-        "pp": TRAIN.pp,
-        "ep": TRAIN.ep,
-        "tp_rank": coords["tp"],
-        "pp_rank": coords["pp"],
-        "ep_rank": coords["ep"],
+        **{a: train.size(a) if a != "pp" else train.pp for a in ("tp", "pp", "ep", "etp")},
+        **{f"{a}_rank": coords[a] for a in ("tp", "pp", "ep", "etp")},
     }
-    offset = sum(TRAIN.stage_sizes(MODEL.num_layers)[: coords["pp"]])
-    actor = [_Module(_megatron_names(train_shards(plan, rank, full, experts_as_list=True), offset))]
+
+
+def _sync_on_rank(rank: int, world: int, case: str):
+    model_shapes, train, infer, stages = CASES[case]
+    plan = cached_plan(model_shapes, train, infer, 256)
+    full = full_weights(plan, seed=5)
+    patch.parallel_info = _parallel_info(rank, world, train)
+    offset = sum(train.stage_sizes(model_shapes.num_layers)[: train.coords(rank)["pp"]])
+    actor = [_Module(megatron_named(plan, rank, full, model_shapes, offset))]
 
     # vLLM-side parameters; MoE weights stored transposed, as vllm-ascend keeps them.
-    want = expected_infer_shards(plan, rank, full)
+    want = vllm_named(plan, rank, full)
     vllm_params = {
         n: torch.full(t.transpose(-1, -2).shape if ".experts." in n else t.shape, float("nan"), dtype=t.dtype)
         for n, t in want.items()
@@ -109,7 +107,7 @@ def _sync_on_rank(rank: int, world: int):
 
     class ActorRolloutRefWorker:  # the call pattern of verl's rollout_mode when mbridge is off
         async def rollout_mode(self):
-            weights = workers.per_tensor_generator(actor, hf_config, None, tf_config, {})
+            weights = workers.per_tensor_generator(actor, hf, None, tf_config, {})
             await self.rollout.update_weights(weights)
 
     class _Rollout:
@@ -125,36 +123,23 @@ def _sync_on_rank(rank: int, world: int):
     workers.per_tensor_generator = lambda *a, **k: verl_gen_calls.append(a) or iter(())
     rollout_mod = types.ModuleType("fake_vllm_rollout")
     rollout_mod.vLLMRollout, rollout_mod.vLLMAsyncRollout = _Rollout, type("A", (_Rollout,), {})
-    hf_config = types.SimpleNamespace(
-        num_hidden_layers=MODEL.num_layers,
-        first_k_dense_replace=MODEL.first_k_dense,
-        hidden_size=MODEL.hidden,
-        intermediate_size=MODEL.intermediate,
-        moe_intermediate_size=MODEL.moe_intermediate,
-        n_routed_experts=MODEL.num_experts,
-        n_shared_experts=MODEL.num_shared_experts,
-        vocab_size=MODEL.vocab,
-        num_attention_heads=MODEL.num_heads,
-        q_lora_rank=MODEL.q_lora_rank,
-        kv_lora_rank=MODEL.kv_lora_rank,
-        qk_nope_head_dim=MODEL.qk_nope_head_dim,
-        qk_rope_head_dim=MODEL.qk_rope_head_dim,
-        v_head_dim=MODEL.v_head_dim,
+    hf = hf_config(model_shapes)
+    tf_config = types.SimpleNamespace(
+        num_layers_in_first_pipeline_stage=stages[0], num_layers_in_last_pipeline_stage=stages[1]
     )
-    tf_config = types.SimpleNamespace(num_layers_in_first_pipeline_stage=1, num_layers_in_last_pipeline_stage=3)
     patch.patch_megatron_workers(workers, check=False)
     patch.patch_vllm_rollout(rollout_mod, check=False)
 
     worker = ActorRolloutRefWorker()
     worker.config = types.SimpleNamespace(
-        rollout=types.SimpleNamespace(tensor_model_parallel_size=1, expert_parallel_size=2)
+        rollout=types.SimpleNamespace(tensor_model_parallel_size=infer.tp, expert_parallel_size=infer.ep)
     )
     worker.rollout = _Rollout()
     import os
 
     os.environ["NPU_RL_RESHARD_BUCKET_MB"] = "1"
     asyncio.run(worker.rollout_mode())
-    outside = workers.per_tensor_generator(actor, hf_config, None, tf_config, {})  # not inside rollout_mode
+    outside = workers.per_tensor_generator(actor, hf, None, tf_config, {})  # not inside rollout_mode
     list(outside)
     bad = [
         n
@@ -164,7 +149,8 @@ def _sync_on_rank(rank: int, world: int):
     return {"bad": bad, "verl_gen_calls": len(verl_gen_calls)}
 
 
-def test_patched_rollout_mode_reshards_into_the_rollout_model():
-    for r in run_ranks(2, _sync_on_rank):
+@pytest.mark.parametrize("case", CASES)
+def test_patched_rollout_mode_reshards_into_the_rollout_model(case):
+    for r in run_ranks(2, _sync_on_rank, case):
         assert r["bad"] == []
         assert r["verl_gen_calls"] == 1  # only the call made outside rollout_mode reached verl's generator

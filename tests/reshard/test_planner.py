@@ -126,7 +126,8 @@ def test_unmappable_layouts_fail_with_a_named_reason(train, infer, needle):
     "kwargs,needle",
     [
         (dict(world=8, tp=3), "does not divide the 8 ranks"),
-        (dict(world=8, tp=1, pp=2, ep=8), "does not divide the data-parallel size 4"),
+        (dict(world=8, tp=1, pp=2, ep=8), r"ETP\*EP \(1\*8\) does not divide the 4 ranks of a pipeline stage"),
+        (dict(world=8, tp=2, pp=2, ep=2, etp=4), r"ETP\*EP \(4\*2\) does not divide the 4 ranks"),
         (dict(world=8, pp=2, layers_per_stage=(4,)), "1 entries for PP 2"),
         (dict(world=0), "positive"),
     ],
