@@ -204,10 +204,19 @@ def patch_vllm_rollout(module: Any) -> None:
 def engine_worker_sync(original):
     """Marks the engine worker's weight sync, so that its engine's export (and no other caller's) reshards."""
 
-    async def update_weights(self, *args, **kwargs):
+    async def update_weights(self, global_steps=None, mode="auto"):
+        # The plan pairs training rank r with the rollout rank on the same device: only verl's colocated
+        # ("naive") sync is that; a checkpoint engine sends to rollout replicas elsewhere (engine_workers.py:
+        # 747-758 at v0.9.0).
+        backend = mode if mode != "auto" else self.config.rollout.checkpoint_engine.backend
+        if backend != "naive":
+            raise PatchVersionError(
+                "reshard syncs colocated training and rollout only (checkpoint_engine.backend naive), "
+                f"not {backend!r}: set reshard.enabled false for a disaggregated rollout"
+            )
         token = _worker.set(self)
         try:
-            return await original(self, *args, **kwargs)
+            return await original(self, global_steps=global_steps, mode=mode)
         finally:
             _worker.reset(token)
 
@@ -258,6 +267,11 @@ def rollout_write(original):
 
         if peft_config:
             return original(self, weights, peft_config, base_sync_done)
+        if self._use_mtp_drafter_weight_sync():
+            # verl loads the same full weights into the MTP drafter too; these shards are the main model's only.
+            raise PatchVersionError(
+                "reshard does not sync an MTP drafter: turn speculative decoding or the reshard off"
+            )
         self._npu_rl_written |= write_shards(self.model_runner.model.named_parameters(), weights)
         return None
 

@@ -6,8 +6,8 @@ ResourcePoolManager.create_resource_pool, where verl would reserve devices.
 verl 0.9 takes its device from its platform layer: the Ascend recipes run on the rehearse patch's stand-in of
 verl's own Ascend platform (no torch_npu here), named by the launch (VERL_PLATFORM=huawei), so verl asks for
 NPU bundles and keeps trainer.device npu; left to detect, verl would fall back to nvidia and move the recipe
-to cuda, whose GPU bundles no npu-rl node offers. The recipes whose patches are not ported to verl 0.9.0 yet
-(the reshard) stop in their preflight, in one line.
+to cuda, whose GPU bundles no npu-rl node offers. (A launch whose patches lack the line's release stops in its
+preflight: tests/test_stack_lines.py.)
 
 The stand-ins are the rehearsal tests' own: a tiny Qwen2 and the bundled sample data; the parallel sizes,
 world size and every other setting are the recipe's.
@@ -21,14 +21,14 @@ import shlex
 import subprocess
 from pathlib import Path
 
+import pyarrow as pa
+import pyarrow.parquet as pq
 import pytest
 import yaml
 from needs import missing_setup
 
-from npu_rl import versions
 from npu_rl.cli import main
 from npu_rl.launcher.spec import build_launch
-from npu_rl.patches.guard import unsupported
 from npu_rl.paths import project_root, recipes_dir
 from npu_rl.recipe import load_recipe
 
@@ -36,7 +36,8 @@ pytestmark = [pytest.mark.slow, pytest.mark.timeout(900)]
 
 LINE = "cann9.1-verl0.9"
 RECIPES = sorted(p.stem for p in recipes_dir().glob("*.yaml"))
-STANDINS = {"model.path": "models/tiny-qwen2", "data.train_files": "[data/sample/train.parquet]"}
+# The sample's 256 rows twice: the 235B recipe's batch of 512 prompts (its preflight checks the file holds one).
+STANDINS = {"model.path": "models/tiny-qwen2", "data.train_files": "[data/sample/train-512.parquet]"}
 STANDINS["data.val_files"] = "[data/sample/test.parquet]"
 
 
@@ -54,11 +55,6 @@ def _launch(name: str, ws: Path):
         os.environ.pop("NPU_RL_WORKSPACE")
 
 
-def _ported(name: str) -> bool:
-    recipe = load_recipe(name, {"stack": LINE, **({"rollout.name": "vllm"} if name == "tiny_math_cpu" else {})})
-    return not unsupported(build_launch(recipe, rehearse=True).patches, versions.line_verl(LINE))
-
-
 @pytest.fixture(scope="module")
 def workspace(tmp_path_factory, tiny_model):
     exe = project_root() / f".venv-{LINE}" / "bin" / "npu-rl"
@@ -71,6 +67,8 @@ def workspace(tmp_path_factory, tiny_model):
         assert main(["data", "math", "--from", "sample", "--out", str(ws / "data/sample")]) == 0
     finally:
         os.environ.pop("NPU_RL_WORKSPACE")
+    train = pq.read_table(ws / "data/sample/train.parquet")
+    pq.write_table(pa.concat_tables([train, train]), ws / "data/sample/train-512.parquet")
     return ws, exe
 
 
@@ -89,8 +87,12 @@ def _rehearse(ws: Path, exe: Path, name: str) -> subprocess.CompletedProcess:
 # one only in its world size, which Qwen3-32B's 2 x 16 cards exceed; the tiny recipe trains on this line
 # through the same launch (tests/e2e/test_stack_line_train.py, tests/cluster/test_multinode_line.py).
 # The seeds' 1-card recipe on this line is the line's own qwen2_5_1_5b_math_a2_1card_verl09, which rehearses
-# in the line's image through its compose file (tests/containers/test_line_images.py).
+# in the line's image through its compose file (tests/containers/test_line_images.py). DeepSeek-R1 is the
+# seeds' A3 recipe: on this line the Qwen3-235B recipe takes the same path (megatron with expert parallel,
+# the reshard, the old_log_prob skip as bypass mode, 64 cards), and the reshard's verl 0.9.0 sync runs on
+# both architectures (tests/reshard/test_patch_verl09.py).
 LIKE_ANOTHER = {
+    "deepseek_r1_671b_a3",
     "qwen2_5_1_5b_math_a2_1card",
     "qwen2_5_1_5b_math_a2_1card_verl09",
     "qwen2_5_1_5b_math_a2_4card",
@@ -98,7 +100,7 @@ LIKE_ANOTHER = {
 }
 
 
-@pytest.mark.parametrize("name", [n for n in RECIPES if _ported(n) and n not in LIKE_ANOTHER])
+@pytest.mark.parametrize("name", [n for n in RECIPES if n not in LIKE_ANOTHER])
 def test_recipe_rehearses_through_verl_0_9_to_the_device_boundary(name, workspace):
     ws, exe = workspace
     out = _rehearse(ws, exe, name)
@@ -130,12 +132,3 @@ def test_recipe_rehearses_through_verl_0_9_to_the_device_boundary(name, workspac
     assert sorted(report["plan"]["placed"]) == list(range(res.nnodes))
     actor = "McoreActorConfig" if recipe.actor.strategy == "megatron" else "FSDPActorConfig"
     assert f"worker config {actor} built" in checked
-
-
-@pytest.mark.parametrize("name", [n for n in RECIPES if not _ported(n)])
-def test_a_recipe_whose_patches_are_not_ported_stops_in_its_preflight(name, workspace):
-    ws, exe = workspace
-    out = _rehearse(ws, exe, name)
-    assert out.returncode == 2, out.stdout[-2000:] + out.stderr[-2000:]
-    [line] = out.stderr.strip().splitlines()
-    assert line.startswith("npu-rl: error: patches: reshard not ported to verl 0.9.0"), line
