@@ -35,7 +35,8 @@ from npu_rl.render.k8s import default_image, image_ref
 pytestmark = [pytest.mark.image, pytest.mark.timeout(2400)]
 
 REPO = Path(__file__).resolve().parents[2]
-STEPS = 8
+# Killed at step 2, the restart resumes from step 1 or 2 and trains at least 2 more, the gate at its first.
+STEPS = 4
 KILLED_AT = 2
 SETS = {"rollout.name": "vllm", "algorithm.total_training_steps": STEPS}
 # As tests/cluster/test_cluster_faults.py: Ray's node health check, then verl's own exit.

@@ -4,8 +4,8 @@ cpu-vllm image (`make image-cpu-vllm`), through the compose service users run (`
 One workspace, each run through docker-compose against the image:
 - the demo, short: a head-size-32 tiny model, GRPO through the launcher with the vLLM engine in each of the
   two FSDP workers (weights synced into it every step), the consistency gate at step 1 on vLLM's own
-  log-probs, a checkpoint, merge, eval and the report;
-- `npu-rl train` resumed from that checkpoint for two more steps: a new engine per worker, the gate again;
+  log-probs, a checkpoint, merge, eval and the report (a resume into new engines, the gate passing again, runs
+  on the 2-node cluster: tests/cluster/test_multinode_vllm.py);
 - the gate's drills (every weight sync into vLLM lands with noise, or loads nothing): each run stops at its
   first step, before the optimizer step, with exit INCONSISTENT;
 - the old_log_prob skip against the recomputed pass, one step each on vLLM's rollouts: the same rollouts,
@@ -35,7 +35,6 @@ from npu_rl.report.scalars import load_run
 REPO = Path(__file__).resolve().parents[2]
 SERVICE = "cpu-vllm-demo"
 STEPS = 4
-MORE = 2
 # The demo's paths inside the container (compose's command: --workdir /workspace/demo-vllm).
 DEMO_DIR = "demo-vllm"
 TRAIN = ["npu-rl", "train", "--recipe", "tiny_math_cpu", "--set", "rollout.name=vllm"]
@@ -88,7 +87,7 @@ def demo(tmp_path_factory):
         yield d
 
 
-def test_the_vllm_rollout_trains_resumes_and_its_broken_sync_is_stopped(demo, capsys):
+def test_the_vllm_rollout_trains_and_its_broken_sync_is_stopped(demo, capsys):
     log = demo.log
     assert set(range(1, STEPS + 1)) <= set(shown_steps(log)), log[-3000:]
     gate = re.search(r"npu-rl: consistency gate at step 1: rollout probs diff mean ([0-9.e-]+) <= ", log)
@@ -100,15 +99,6 @@ def test_the_vllm_rollout_trains_resumes_and_its_broken_sync_is_stopped(demo, ca
     assert list(demo.run_dir.rglob(f"global_step_{STEPS}/actor/huggingface/model.safetensors")), "no merged model"
     assert list(demo.run_dir.rglob("report/report.html"))
     assert re.search(rf"held-out accuracy     : \d+\.\d\d -> \d+\.\d\d at step {STEPS} ", log), log[-3000:]
-
-    # Resumed: the checkpoint's weights go into two new engines, the gate measures again at step 5.
-    code, log = demo.train({"algorithm.total_training_steps": STEPS + MORE})
-    assert code == 0, log[-4000:]
-    assert f"npu-rl: resuming tiny_math_cpu from global_step_{STEPS}" in log, log[-3000:]
-    assert shown_steps(log) == list(range(STEPS + 1, STEPS + MORE + 1)), log[-3000:]
-    gate = re.search(rf"consistency gate at step {STEPS + 1}: rollout probs diff mean ([0-9.e-]+) <= ", log)
-    assert gate, log[-3000:]
-    demo.measured["gap_resumed"] = float(gate.group(1))
 
     # The drills: a sync into vLLM that lands broken, or never lands (the engine keeps load_format dummy's
     # random weights), is stopped at the first step, before the update.
@@ -138,7 +128,7 @@ def test_the_vllm_rollout_trains_resumes_and_its_broken_sync_is_stopped(demo, ca
     with capsys.disabled():
         print(
             f"\ncpu-vllm demo ({STEPS} steps) {demo.measured['demo_s']:.0f} s; {METRIC}: step 1 "
-            f"{demo.measured['gap_step1']:.5f}, resumed {demo.measured['gap_resumed']:.5f}, "
+            f"{demo.measured['gap_step1']:.5f}, "
             f"drill {demo.measured['gap_drill']:.3f}; correlation: drill {demo.measured['corr_drill']:.3f}, "
             f"skipped sync {demo.measured['corr_drill_skipped']:.3f} (gap {demo.measured['gap_drill_skipped']:.4f})"
         )
