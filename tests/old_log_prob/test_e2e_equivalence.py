@@ -7,8 +7,9 @@ import math
 import pytest
 import torch
 
-from npu_rl import run_files
+from npu_rl import demo, run_files
 from npu_rl.cli import main
+from npu_rl.defaults import DEMO_WARM_START_STEPS
 from npu_rl.recipe import load_recipe
 from npu_rl.report.scalars import load_run
 
@@ -51,8 +52,9 @@ def runs(tmp_path_factory, tiny_model):
     mp.setenv("NPU_RL_WORKSPACE", str(ws))
     try:
         recipe = load_recipe("tiny_math_cpu")
-        # The default warm start: rewards then vary within groups, so advantages and pg_loss are non-zero.
-        tiny_model(run_files.model_dir(recipe))
+        # The demo's warm start (tests/e2e/test_demo_learns.py has made it by now, so this is a copy): rewards
+        # then vary within groups, so advantages and pg_loss are non-zero.
+        tiny_model(run_files.model_dir(recipe), steps=DEMO_WARM_START_STEPS, recipe=demo.RECIPE)
         assert main(["data", "math", "--from", "sample", "--out", str(ws / "data" / "math-sample")]) == 0
         from transformers import AutoModelForCausalLM
 
