@@ -14,10 +14,12 @@ megatron engine for ``get_per_tensor_param`` (always the bridge's full-tensor ex
 what it yields to the paired vLLM worker (training rank r to the rollout rank r % replica size, over ZMQ and
 CUDA IPC or shared memory), where ``vLLMColocateWorkerExtension._update_weights`` loads each bucket with
 ``model.load_weights``. On that release the patch replaces the export inside ``update_weights``: the
-alltoallv runs among the training ranks into fresh tensors of this rank's rollout shards (one rollout model's
-share per rank, staged on the training device: 0.6.1 wrote into vLLM's parameters in place), which verl's
-own transport carries; the rollout side copies them into the parameters of the same names and checks that
-every parameter got a value.
+alltoallv runs among the training ranks into fresh tensors of this rank's rollout shards, each handed to verl's
+own transport as soon as it is whole (0.6.1 wrote into vLLM's parameters in place); the rollout side copies
+them into the parameters of the same names and checks that every parameter got a value. An error on the
+rollout side is raised once the transport's last bucket is acknowledged: verl's sender waits on each
+bucket's acknowledgement with no timeout (``bucketed_weight_transfer.py:131-133, 161-162`` at v0.9.0), so a
+receiver that raised mid-sync would leave the trainer waiting until the watchdog ended the run.
 """
 
 from __future__ import annotations
@@ -26,7 +28,7 @@ import contextvars
 import sys
 from typing import Any
 
-from ..reshard.layout import InferLayout, TrainLayout
+from ..reshard.layout import InferLayout, ReshardLayoutError, TrainLayout
 from .guard import MEGATRON_WORKERS, VERL_0_6_1, VERL_0_9_0, VLLM_ROLLOUT, Patch, PatchVersionError
 from .vllm_dp import expert_parallel_size
 
@@ -209,6 +211,9 @@ def engine_worker_sync(original):
         # ("naive") sync is that; a checkpoint engine sends to rollout replicas elsewhere (engine_workers.py:
         # 747-758 at v0.9.0).
         backend = mode if mode != "auto" else self.config.rollout.checkpoint_engine.backend
+        if getattr(getattr(self.config.rollout, "mtp", None), "enable_rollout", False):
+            # verl loads the same full weights into vLLM's MTP drafter too; the shards are the main model's only.
+            raise PatchVersionError("reshard does not sync an MTP drafter: turn rollout.mtp or the reshard off")
         if backend != "naive":
             raise PatchVersionError(
                 "reshard syncs colocated training and rollout only (checkpoint_engine.backend naive), "
@@ -238,20 +243,23 @@ def engine_reshard_export(original):
         request = build_request(worker, self.module, self.model_config.hf_config, self.tf_config)
         device = next(iter(request.train_shards.values()))
         device = (device[0] if isinstance(device, list) else device).device
-        return iter(request.staged(device).items()), None
+        return request.stream(device), None
 
     return get_per_tensor_param
 
 
 @PATCH.wrap(VLLM_EXTENSION, "vLLMColocateWorkerExtension.update_weights_from_ipc", releases=V090)
 def rollout_receive(original):
-    """One sync's receive loop: afterwards every parameter of the rollout model has had a value."""
+    """One sync's receive loop: afterwards every parameter of the rollout model has had a value, and the first
+    error a bucket met is raised, after the sender had every acknowledgement it waits for."""
 
     def update_weights_from_ipc(self, *args, **kwargs):
         from ..reshard.verl_sync import require_all_written  # lazy: torch
 
-        self._npu_rl_written = set()
+        self._npu_rl_written, self._npu_rl_error = set(), None
         out = original(self, *args, **kwargs)
+        if self._npu_rl_error is not None:
+            raise self._npu_rl_error
         require_all_written(self.model_runner.model.named_parameters(), self._npu_rl_written)
         return out
 
@@ -267,12 +275,20 @@ def rollout_write(original):
 
         if peft_config:
             return original(self, weights, peft_config, base_sync_done)
-        if self._use_mtp_drafter_weight_sync():
-            # verl loads the same full weights into the MTP drafter too; these shards are the main model's only.
-            raise PatchVersionError(
-                "reshard does not sync an MTP drafter: turn speculative decoding or the reshard off"
-            )
-        self._npu_rl_written |= write_shards(self.model_runner.model.named_parameters(), weights)
+        if self._npu_rl_error is not None:
+            return None  # the sync has failed: the rest is acknowledged unread
+        try:
+            if self._use_mtp_drafter_weight_sync():
+                # verl loads the same full weights into the MTP drafter too; these shards are the main model's.
+                raise PatchVersionError("reshard does not sync an MTP drafter: turn rollout.mtp or the reshard off")
+            if self.model_runner.vllm_config.quant_config is not None:
+                # A copy into quantized parameters would cast silently; verl requantizes through load_weights.
+                raise PatchVersionError("reshard syncs unquantized rollouts only: turn quantization or the reshard off")
+            self._npu_rl_written |= write_shards(self.model_runner.model.named_parameters(), weights)
+        except (PatchVersionError, ReshardLayoutError) as err:
+            # Without its frames: they hold this bucket's tensors, views of the transport's shared memory,
+            # which the receiver must close once the last bucket is in.
+            self._npu_rl_error = err.with_traceback(None)
         return None
 
     return _update_weights

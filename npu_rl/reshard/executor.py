@@ -8,7 +8,7 @@ the next round, so extra memory stays within one bucket.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -61,8 +61,39 @@ def execute(
     tensor (or per-expert list) to overwrite. Every rank of ``group`` must call this with
     the same plan.
     """
+    stats = ExecStats()
+    for _ in execute_stream(
+        plan, rank, train_shards, infer_shards, group=group, device=device, schedule=schedule,
+        progress=progress, stats=stats, local_first=True,
+    ):  # fmt: skip
+        pass
+    return stats
+
+
+def execute_stream(
+    plan: Plan,
+    rank: int,
+    train_shards: Mapping[str, Any],
+    infer_shards: Mapping[str, Any],
+    *,
+    group: dist.ProcessGroup | None = None,
+    device: torch.device | str | None = None,
+    schedule: RankSchedule | None = None,
+    progress: Callable[[int, int], None] | None = None,
+    stats: ExecStats | None = None,
+    local_first: bool = False,
+) -> Iterator[list[int]]:
+    """:func:`execute`, yielding after each round the indices of the parameters whose inference shard is now
+    complete, so that a caller can hand them on and drop them (verl 0.9 streams a sync to another process).
+
+    ``infer_shards`` is read once per parameter, when its first slice lands: a mapping that makes the tensor
+    there keeps a sync's extra memory to the parameters of the rounds in flight. Unless ``local_first``, a
+    parameter's local copies run when its last received slice has landed; every other parameter's rounds are
+    unchanged, so every rank runs the same collectives in the same order."""
     sched = schedule or plan.rank_schedule(rank)
     names = [p.name for p in plan.params]
+    stats = stats if stats is not None else ExecStats()
+    stats.rounds = len(sched.rounds)
     src: dict[int, ShardLike] = {}
     dst: dict[int, ShardLike] = {}
 
@@ -76,10 +107,29 @@ def execute(
             dst[i] = as_shard(infer_shards[names[i]])
         return dst[i]
 
-    stats = ExecStats(rounds=len(sched.rounds))
+    local: dict[int, list[Transfer]] = {}
     for t in sched.local:
-        src_of(t.param).copy_to(t.src_box, dst_of(t.param), t.dst_box)
-        stats.local_bytes += t.nbytes
+        local.setdefault(t.param, []).append(t)
+    # The round after which each parameter this rank receives or keeps is whole (-1: local copies only).
+    last = {i: -1 for i in local}
+    for k, (_, recvs) in enumerate(sched.rounds):
+        for t in recvs:
+            last[t.param] = k
+    done_at: dict[int, list[int]] = {}
+    for i in sorted(last):
+        done_at.setdefault(last[i], []).append(i)
+
+    def finish(params: list[int]) -> list[int]:
+        for i in params:
+            for t in local.pop(i, ()):
+                src_of(i).copy_to(t.src_box, dst_of(i), t.dst_box)
+                stats.local_bytes += t.nbytes
+            dst.pop(i, None)
+        return params
+
+    if local_first:
+        finish(sorted(local))
+    yield finish(done_at.get(-1, []))
 
     world = plan.world
     for k, (sends, recvs) in enumerate(sched.rounds):
@@ -102,4 +152,4 @@ def execute(
         del send_buf, recv_buf
         if progress is not None:
             progress(k + 1, len(sched.rounds))
-    return stats
+        yield finish(done_at.get(k, []))

@@ -18,6 +18,7 @@ from .executor import _DTYPES
 from .params import ModelShapes
 from .planner import Plan
 from .shards import extract
+from .verl_sync import ROW_FUSED, fused_name
 
 
 def _entry(rank: int, world: int, port: int, fn, args, queue, timeout_s: float) -> None:
@@ -151,18 +152,26 @@ def megatron_named(
     return out
 
 
-def vllm_named(plan: Plan, rank: int, full: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
-    """This rank's inference shards as vLLM names them: Qwen3's q, k and v fused into ``qkv_proj``, [q; k; v]."""
-    want = expected_infer_shards(plan, rank, full)
+# What each rollout model fuses: vllm-ascend 0.9.1's own DeepSeek model keeps MLA's down projections apart
+# (the seeds' line), vLLM 0.23's fuses them too (npu_rl.reshard.verl_sync.ROW_FUSED).
+VLLM_0_9_FUSED = ("self_attn.qkv_proj.weight",)
+VLLM_0_23_FUSED = tuple(ROW_FUSED)
+
+
+def vllm_named(
+    plan: Plan, rank: int, full: dict[str, torch.Tensor], fused: tuple[str, ...] = VLLM_0_9_FUSED
+) -> dict[str, torch.Tensor]:
+    """This rank's inference shards as vLLM names them: the planner's parts of each of ``fused`` as one
+    tensor of their rows in order (Qwen3's [q; k; v] in ``qkv_proj``; DeepSeek's [q_a; kv_a] in vLLM 0.23's
+    ``fused_qkv_a_proj``)."""
     out: dict[str, torch.Tensor] = {}
-    for name, t in want.items():
-        if name.endswith(("k_proj.weight", "v_proj.weight")):
+    for name, t in expected_infer_shards(plan, rank, full).items():
+        target = fused_name(name)
+        if target is None or not target[0].endswith(tuple("." + f for f in fused)):
+            out[name] = t
             continue
-        if name.endswith("q_proj.weight"):
-            pre = name[: -len("q_proj.weight")]
-            out[pre + "qkv_proj.weight"] = torch.cat([t, want[pre + "k_proj.weight"], want[pre + "v_proj.weight"]])
-            continue
-        out[name] = t
+        have = out.get(target[0])
+        out[target[0]] = t if have is None else torch.cat([have, t])
     return out
 
 

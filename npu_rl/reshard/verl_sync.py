@@ -11,20 +11,24 @@ Qwen3's attention is one fused tensor on both sides, laid out differently: Megat
 interleaves per key/value group ``[q of the group's heads; k; v]`` (how verl 0.6.1's
 ``utils/megatron_utils.py`` convert_qkv_shard reads it), vLLM's ``qkv_proj`` holds ``[q; k; v]`` of the
 rank's heads (``QKVParallelLinear``). The planner sees q, k and v as three parameters: the training
-side de-interleaves a copy, the inference side writes three row ranges of ``qkv_proj``.
+side de-interleaves a copy, the inference side writes three row ranges of ``qkv_proj``. DeepSeek's MLA down
+projections are one tensor in vLLM 0.23 (``fused_qkv_a_proj``, ``[q_a_proj; kv_a_proj_with_mqa]``:
+``vllm/model_executor/models/deepseek_v2.py:927-933, 1353-1356`` at v0.23.0, which vllm-ascend 0.23 keeps),
+two in vllm-ascend 0.9.1's own DeepSeek model (``vllm_ascend/models/deepseek_v2.py:415, 436``): a rollout
+model's own names say which (``ROW_FUSED``).
 """
 
 from __future__ import annotations
 
 import os
 import re
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
 import torch
 
-from .executor import _DTYPES, ExecStats, execute
+from .executor import _DTYPES, ExecStats, execute, execute_stream
 from .layout import InferLayout, ReshardLayoutError, TrainLayout
 from .params import ModelShapes, model_params
 from .planner import BUCKET_ENV, DEFAULT_BUCKET_BYTES, Plan, plan_reshard
@@ -68,6 +72,22 @@ _MCORE_QWEN3_LAYER = {
 }
 _QKV = "self_attention.linear_qkv.weight"
 _QKV_PARTS = ("q_proj", "k_proj", "v_proj")
+# vLLM parameters that hold several of the planner's attention parameters as row ranges, in this order
+# (vLLM's stacked_params_mapping of each model's load_weights; tests/reshard/test_patch_verl09.py reads them
+# from vLLM 0.23's code).
+ROW_FUSED = {
+    "self_attn.qkv_proj.weight": tuple(f"self_attn.{q}.weight" for q in _QKV_PARTS),
+    "self_attn.fused_qkv_a_proj.weight": ("self_attn.q_a_proj.weight", "self_attn.kv_a_proj_with_mqa.weight"),
+}
+
+
+def fused_name(name: str) -> tuple[str, int] | None:
+    """The vLLM parameter that holds planner parameter ``name`` as rows, and its place among the parts."""
+    for fused, parts in ROW_FUSED.items():
+        for k, part in enumerate(parts):
+            if name.endswith("." + part):
+                return name[: -len(part)] + fused, k
+    return None
 
 
 def shapes_from_hf_config(cfg: Any) -> ModelShapes:
@@ -167,26 +187,28 @@ def megatron_shards(named: Iterable[tuple[str, torch.Tensor]], shapes: ModelShap
     return out
 
 
-def _qkv_rows(plan: Plan, rank: int, have: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
-    """q, k and v of each layer as row ranges of vLLM's fused ``qkv_proj`` ([q; k; v] of this rank's heads)."""
-    rows = {p.name: (i, plan.infer_shape(i, rank)[0]) for i, p in enumerate(plan.params)}
+def _fused_rows(plan: Plan, rank: int, have: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+    """The planner's parameters as row ranges of the vLLM parameters that fuse them (``ROW_FUSED``), where the
+    rollout model has the fused one: Qwen3's q, k and v in ``qkv_proj``; DeepSeek's q_a and kv_a in vLLM 0.23's
+    ``fused_qkv_a_proj``."""
+    rows = {p.name: plan.infer_shape(i, rank)[0] for i, p in enumerate(plan.params)}
     out = {}
     for name, fused in have.items():
-        if not name.endswith(".self_attn.qkv_proj.weight"):
-            continue
-        pre = name[: -len("qkv_proj.weight")]
-        start = 0
-        for part in _QKV_PARTS:
-            key = f"{pre}{part}.weight"
-            if key not in rows:
-                break
-            n = rows[key][1]
-            out[key] = fused[start : start + n]
-            start += n
-        else:
+        for suffix, parts in ROW_FUSED.items():
+            if not name.endswith("." + suffix):
+                continue
+            pre = name[: -len(suffix)]
+            if any(pre + part not in rows for part in parts):
+                continue
+            start = 0
+            for part in parts:
+                n = rows[pre + part]
+                out[pre + part] = fused[start : start + n]
+                start += n
             if start != fused.shape[0]:
                 raise ReshardLayoutError(
-                    f"reshard: rollout parameter {name} has {fused.shape[0]} rows, the plan's q, k and v {start}"
+                    f"reshard: rollout parameter {name} has {fused.shape[0]} rows, "
+                    f"the plan's {', '.join(parts)} {start}"
                 )
     return out
 
@@ -194,7 +216,7 @@ def _qkv_rows(plan: Plan, rank: int, have: dict[str, torch.Tensor]) -> dict[str,
 def inference_targets(plan: Plan, rank: int, named: Iterable[tuple[str, torch.Tensor]]) -> dict[str, torch.Tensor]:
     """vLLM's parameters as writable views in the planner's inference shard shapes."""
     have = {n: t.data for n, t in named}
-    have.update(_qkv_rows(plan, rank, have))
+    have.update(_fused_rows(plan, rank, have))
     out = {}
     for i, p in enumerate(plan.params):
         want = plan.infer_shape(i, rank)
@@ -235,29 +257,52 @@ class ReshardRequest:
         device = next(iter(targets.values())).device
         return execute(self.plan, self.rank, self.train_shards, targets, group=self.group, device=device)
 
-    def staged(self, device: torch.device | str | None = None) -> dict[str, torch.Tensor]:
-        """Runs the reshard into fresh tensors, this rank's rollout shards under vLLM's names (verl 0.9, whose
-        rollout model lives in another process: the sync then streams them there)."""
-        buffers = inference_buffers(self.plan, self.rank, device)
-        self.apply(buffers.items())
-        return buffers
+    def stream(self, device: torch.device | str | None = None) -> Iterator[tuple[str, torch.Tensor]]:
+        """Runs the reshard into fresh tensors and yields each of this rank's rollout parameters under vLLM's
+        name (fused as vLLM 0.23 fuses them, ``ROW_FUSED``) once it is whole, for verl 0.9's sync to stream to
+        the rollout's process. A parameter is made when its first slice lands and handed on when its last
+        has: the extra memory is the parameters of the rounds in flight, not the rank's whole rollout share."""
+        layout = _RolloutLayout(self.plan, self.rank)
+        made: dict[str, torch.Tensor] = {}  # vLLM name -> the tensor being filled
+        left = dict(layout.parts)  # vLLM name -> planner parameters not yet whole
+
+        class Slots(dict):
+            def __missing__(slots, name: str) -> torch.Tensor:
+                target, start, rows = layout.slot[name]
+                if target not in made:
+                    made[target] = torch.empty(layout.shape[target], dtype=layout.dtype[target], device=device)
+                return made[target][start : start + rows] if target != name else made[target]
+
+        names = [p.name for p in self.plan.params]
+        for done in execute_stream(self.plan, self.rank, self.train_shards, Slots(), group=self.group, device=device):
+            for i in done:
+                target = layout.slot[names[i]][0]
+                left[target] -= 1
+                if left[target] == 0:
+                    yield target, made.pop(target)
 
 
-def inference_buffers(plan: Plan, rank: int, device: torch.device | str | None = None) -> dict[str, torch.Tensor]:
-    """Empty tensors shaped as this rank's vLLM parameters of the plan: q, k and v fused into ``qkv_proj``."""
-    out: dict[str, torch.Tensor] = {}
-    for i, p in enumerate(plan.params):
-        shape = plan.infer_shape(i, rank)
-        dtype = _DTYPES[p.dtype]
-        part = next((q for q in _QKV_PARTS if p.name.endswith(f".self_attn.{q}.weight")), None)
-        if part is None:
-            out[p.name] = torch.empty(shape, dtype=dtype, device=device)
-            continue
-        fused = p.name[: -len(f"{part}.weight")] + "qkv_proj.weight"
-        have = out.get(fused)
-        rows = shape[0] + (have.shape[0] if have is not None else 0)
-        out[fused] = torch.empty((rows, *shape[1:]), dtype=dtype, device=device)
-    return out
+class _RolloutLayout:
+    """This rank's rollout parameters as vLLM 0.23 names them: for each planner parameter, the vLLM parameter
+    that holds it and its rows there; for each vLLM parameter, its shape, dtype and how many parts it has."""
+
+    def __init__(self, plan: Plan, rank: int):
+        self.slot: dict[str, tuple[str, int, int]] = {}
+        self.shape: dict[str, tuple[int, ...]] = {}
+        self.dtype: dict[str, torch.dtype] = {}
+        self.parts: dict[str, int] = {}
+        for i, p in enumerate(plan.params):
+            shape = plan.infer_shape(i, rank)
+            fused = fused_name(p.name)
+            target = fused[0] if fused else p.name
+            start = self.shape[target][0] if target in self.shape else 0
+            # Parts come in the planner's order, which is vLLM's row order (checked against vLLM's mapping).
+            if fused and fused[1] != self.parts.get(target, 0):
+                raise ReshardLayoutError(f"reshard: {p.name} comes out of its order in {target}")
+            self.slot[p.name] = (target, start, shape[0])
+            self.shape[target] = (start + shape[0], *shape[1:]) if fused else shape
+            self.dtype[target] = _DTYPES[p.dtype]
+            self.parts[target] = self.parts.get(target, 0) + 1
 
 
 def write_shards(

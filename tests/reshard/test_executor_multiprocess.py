@@ -95,3 +95,47 @@ def test_reshard_16_ranks_ep8_to_ep16_bit_exact_with_megatron_expert_lists():
 def test_reshard_qwen3_moe_with_whole_or_split_experts_bit_exact():
     results = run_ranks(8, _check_pairs, PAIRS_QWEN3, True, QWEN3)
     _assert_exact(results, PAIRS_QWEN3, QWEN3)
+
+
+def _stream_on_rank(rank: int, world: int, train: TrainLayout, infer: InferLayout):
+    """ReshardRequest.stream as verl 0.9's sync consumes it (every rollout parameter yielded once, whole and exact
+    under vLLM 0.23's names), and the executor's stream under it holding only the parameters in flight."""
+    from npu_rl.reshard.executor import execute_stream
+    from npu_rl.reshard.harness import VLLM_0_23_FUSED, vllm_named
+    from npu_rl.reshard.verl_sync import ReshardRequest, cached_plan
+
+    plan = cached_plan(MODEL, train, infer, BUCKET)
+    full = full_weights(plan, seed=3)
+    want = vllm_named(plan, rank, full, VLLM_0_23_FUSED)
+    got: dict[str, torch.Tensor] = {}
+    twice = []
+    for name, tensor in ReshardRequest(plan=plan, rank=rank, train_shards=train_shards(plan, rank, full)).stream():
+        twice += [name] if name in got else []
+        got[name] = tensor.clone()
+    bad = [n for n in want if n not in got or not torch.equal(got[n], want[n])]
+
+    blank = blank_infer_shards(plan, rank)
+    made: set[str] = set()
+
+    class Lazy(dict):
+        def __missing__(self, name):
+            made.add(name)
+            return blank[name]
+
+    held, finished = 0, set()
+    for done in execute_stream(plan, rank, train_shards(plan, rank, full), Lazy()):
+        finished |= {plan.params[i].name for i in done}
+        held = max(held, len(made - finished))
+    # The most parameters any one round of this rank's schedule writes into.
+    per_round = max(len({t.param for t in recvs}) for _, recvs in plan.rank_schedule(rank).rounds)
+    return {"bad": bad, "extra": sorted(set(got) - set(want)), "twice": twice, "held": held, "round": per_round}
+
+
+def test_the_stream_yields_each_rollout_parameter_once_whole_and_holds_only_those_in_flight():
+    # TP 2 -> 1: each rank keeps half of every dense parameter and receives the other half.
+    train, infer = TrainLayout(2, tp=2, pp=1, ep=2, etp=1), InferLayout(2, tp=1, ep=2)
+    for rank, r in enumerate(run_ranks(2, _stream_on_rank, train, infer)):
+        assert r["bad"] == [] and r["extra"] == [] and r["twice"] == [], (rank, r)
+        # Never more made and unsent than one round's parameters (local copies first, as execute does them,
+        # held 22 of the 59 at once here).
+        assert 0 < r["held"] <= r["round"], (rank, r)

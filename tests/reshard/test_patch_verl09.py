@@ -5,7 +5,13 @@ adapter and vLLM worker extension, on gloo CPU ranks in the cann9.1-verl0.9 line
 Each case's rollout parameters start as NaN: a sync leaves every one bit-equal to the rollout shard the plan
 cuts from the same full weights, or the case fails. The faults: a disaggregated rollout (a checkpoint engine
 sends to replicas elsewhere, which the rank-paired plan does not describe) and a rollout parameter the plan
-has no value for each stop the sync with one line instead of leaving a stale or unwritten weight.
+has no value for each stop the sync with one line instead of leaving a stale or unwritten weight; a name the
+rollout model lacks fails its bucket on the rollout side, and the sync still ends (verl's sender waits for
+each bucket's acknowledgement with no timeout) and raises it.
+
+The rollout's names are vLLM 0.23's: its parameters fuse some of the planner's (Qwen3's q, k and v in
+``qkv_proj``, DeepSeek's MLA down projections in ``fused_qkv_a_proj``), which the harness's stand-in of the
+vLLM model takes from ``ROW_FUSED`` and this test checks against vLLM 0.23's own load_weights.
 """
 
 from __future__ import annotations
@@ -18,6 +24,7 @@ import pytest
 from needs import missing_setup
 
 from npu_rl.paths import project_root
+from npu_rl.reshard.verl_sync import ROW_FUSED
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(600)]
 
@@ -26,7 +33,7 @@ SCRIPT = Path(__file__).with_name("verl09_sync.py")
 
 
 CLEAN = ["deepseek_v3", "qwen3_moe", "qwen3_moe_8"]
-FAULTS = ["qwen3_moe:disaggregated", "deepseek_v3:unplanned_parameter"]
+FAULTS = ["qwen3_moe:disaggregated", "deepseek_v3:unplanned_parameter", "deepseek_v3:renamed_parameter"]
 
 
 @pytest.fixture(scope="module")
@@ -51,6 +58,14 @@ def test_verl_0_9_sync_lands_every_rollout_shard_bit_exact(case, syncs):
         assert result["base_sync_done"] is True
 
 
+def test_the_fused_rollout_parameters_are_vllm_0_23s(syncs):
+    # vLLM's stacked-parameter mappings ((fused, part, shard id) in its models' load_weights), in vLLM's order.
+    vllm = syncs["vllm_fusions"]
+    for fused, parts in ROW_FUSED.items():
+        name = fused.split(".")[-2]
+        assert vllm.get(name) == [part.split(".")[-2] for part in parts], (fused, vllm)
+
+
 def test_a_disaggregated_rollout_is_refused_before_anything_is_sent(syncs):
     for result in syncs["qwen3_moe:disaggregated"]:
         assert result["error"].startswith("PatchVersionError: reshard syncs colocated training and rollout only")
@@ -64,3 +79,12 @@ def test_a_rollout_parameter_without_a_planned_value_fails_the_sync(syncs):
             "ReshardLayoutError: reshard: 1 rollout parameter(s) got no value from the sync, "
             "e.g. model.layers.0.mlp.extra.weight"
         )
+
+
+def test_a_name_the_rollout_model_lacks_fails_the_sync_after_its_last_bucket(syncs):
+    # Raised on the rollout side in one bucket, kept until the transport's last acknowledgement: the trainer
+    # gets the error instead of waiting on a bucket nobody acknowledges (the harness's 240 s limit).
+    for result in syncs["deepseek_v3:renamed_parameter"]:
+        assert result["error"] == (
+            "ReshardLayoutError: reshard: the rollout model has no parameter 'model.layers.1.self_attn.o_proj.weight'"
+        ), result

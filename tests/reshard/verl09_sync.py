@@ -11,9 +11,13 @@ shared memory, and the vLLM worker extension's ``update_weights_from_ipc`` with 
 post-load step. Megatron-core's own ``parallel_state`` gives each rank its layout.
 
 Stand-ins, at the device boundary: the Megatron model (its named parameters, as Megatron-core names them), the
-vLLM model (its named parameters, MoE weights transposed as vllm-ascend keeps them), the vLLM worker running in
-a thread of the training rank's process instead of a process of its own, and the attributes verl's
-constructors would set (a megatron engine and an engine worker are not built on CPU).
+vLLM model (its named parameters as vLLM 0.23 fuses them, which ``vllm_fusions`` reads from vLLM's own code;
+MoE weights transposed as vllm-ascend keeps them), the vLLM worker running in a thread of the training rank's
+process instead of a process of its own, and the attributes verl's constructors would set (a megatron engine
+and an engine worker are not built on CPU). What the stand-ins leave out: the pairing of a training rank with
+its vLLM rank (verl's ``_resolve_vllm_weight_sync_local_rank``; here rank r sends to the worker of rank r), the
+IPC transport (shared memory only, as on CPU), and ``process_weights_after_loading`` (nothing to do on the
+stand-in model).
 """
 
 from __future__ import annotations
@@ -30,7 +34,7 @@ import types
 import torch
 
 from npu_rl.reshard import InferLayout, ModelShapes, TrainLayout
-from npu_rl.reshard.harness import full_weights, hf_config, megatron_named, run_ranks, vllm_named
+from npu_rl.reshard.harness import VLLM_0_23_FUSED, full_weights, hf_config, megatron_named, run_ranks, vllm_named
 from npu_rl.reshard.verl_sync import cached_plan
 
 # Per case: the model, the training layout (Megatron's), the rollout's, the pipeline split verl's
@@ -133,7 +137,7 @@ def _sync(rank: int, world: int, case: str, fault: str | None) -> dict:
                 num_layers_in_first_pipeline_stage=stages[0], num_layers_in_last_pipeline_stage=stages[1]
             )
 
-    want = vllm_named(plan, rank, full)
+    want = vllm_named(plan, rank, full, VLLM_0_23_FUSED)  # vLLM 0.23's names (vllm_fusions checks them)
     params = {
         n: torch.nn.Parameter(
             torch.full(t.transpose(-1, -2).shape if ".experts." in n else t.shape, float("nan"), dtype=t.dtype),
@@ -143,6 +147,8 @@ def _sync(rank: int, world: int, case: str, fault: str | None) -> dict:
     }
     if fault == "unplanned_parameter":  # a rollout parameter the plan has no value for
         params["model.layers.0.mlp.extra.weight"] = torch.nn.Parameter(torch.zeros(2), requires_grad=False)
+    if fault == "renamed_parameter":  # a name the rollout model does not have: its bucket fails on the rollout side
+        params["model.layers.1.self_attn.o_proj.renamed"] = params.pop("model.layers.1.self_attn.o_proj.weight")
 
     class Extension(vllm_utils.vLLMColocateWorkerExtension):
         pass
@@ -209,9 +215,31 @@ def _as_stored(t: torch.Tensor, name: str) -> torch.Tensor:
     return t.transpose(-1, -2).contiguous() if ".experts." in name else t
 
 
+def vllm_fusions() -> dict[str, list[str]]:
+    """The fused parameters of vLLM's own DeepSeek-V2/V3 and Qwen3-MoE models, read from the stacked-parameter
+    mappings of their ``load_weights`` (``(fused, part, shard id)``), in the order vLLM stacks the parts."""
+    import ast
+    import inspect
+
+    from vllm.model_executor.models import deepseek_v2, qwen3_moe
+
+    fusions: dict[str, list[str]] = {}
+    for cls in (deepseek_v2.DeepseekV2Model, qwen3_moe.Qwen3MoeModel):
+        for node in ast.walk(ast.parse(inspect.getsource(cls.load_weights).lstrip().replace("\n    ", "\n"))):
+            if (
+                isinstance(node, ast.Tuple)
+                and len(node.elts) == 3
+                and all(isinstance(e, ast.Constant) for e in node.elts[:2])
+            ):
+                fused, part = node.elts[0].value, node.elts[1].value
+                if isinstance(fused, str) and isinstance(part, str) and part not in fusions.setdefault(fused, []):
+                    fusions[fused].append(part)
+    return fusions
+
+
 if __name__ == "__main__":
     _install()
-    results = {}
+    results: dict = {"vllm_fusions": vllm_fusions()}
     for arg in sys.argv[1:]:
         case, _, fault = arg.partition(":")
         results[arg] = run_ranks(CASES[case][1].world, _sync, case, fault or None, timeout_s=240)
