@@ -15,6 +15,7 @@ import torch.distributed as dist
 
 from ..cluster.probe import free_port
 from .executor import _DTYPES
+from .layout import InferLayout, TrainLayout
 from .params import ModelShapes
 from .planner import Plan
 from .shards import extract
@@ -150,6 +151,26 @@ def megatron_named(
         ]
         out[local + "self_attention.linear_qkv.weight"] = torch.cat(rows)
     return out
+
+
+# Weight syncs the verl hooks are tested on (tests/reshard/test_patch.py on verl 0.6.1, verl09_sync.py on
+# 0.9.0), each the model, the training layout (Megatron's), the rollout's, and the pipeline split verl's
+# TransformerConfig gives. Non-square expert matrices: their orientation is unambiguous.
+SYNC_CASES: dict[str, tuple[ModelShapes, TrainLayout, InferLayout, tuple[int | None, int | None]]] = {
+    "deepseek_v3": (
+        ModelShapes.tiny(moe_intermediate=4),
+        TrainLayout(2, tp=1, pp=2, ep=1, layers_per_stage=(1, 3)),
+        InferLayout(2, tp=1, ep=2),
+        (1, 3),
+    ),
+    # Qwen3-MoE's attention interleaved per group across TP 2, whole experts in training (ETP 1, EP 2).
+    "qwen3_moe": (
+        ModelShapes.tiny(arch="qwen3_moe", moe_intermediate=4),
+        TrainLayout(2, tp=2, pp=1, ep=2, etp=1),
+        InferLayout(2, tp=1, ep=2),
+        (None, None),
+    ),
+}
 
 
 # What each rollout model fuses: vllm-ascend 0.9.1's own DeepSeek model keeps MLA's down projections apart

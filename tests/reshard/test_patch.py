@@ -12,8 +12,8 @@ import torch
 
 from npu_rl.patches import reshard as patch
 from npu_rl.patches.guard import PatchVersionError, changed_fingerprints, module_file
-from npu_rl.reshard import InferLayout, ModelShapes, ReshardLayoutError, TrainLayout
-from npu_rl.reshard.harness import full_weights, hf_config, megatron_named, run_ranks, vllm_named
+from npu_rl.reshard import ReshardLayoutError, TrainLayout
+from npu_rl.reshard.harness import SYNC_CASES, full_weights, hf_config, megatron_named, run_ranks, vllm_named
 from npu_rl.reshard.verl_sync import cached_plan, inference_targets, megatron_shards
 
 
@@ -44,23 +44,7 @@ def test_unknown_names_and_shapes_are_errors_not_skips():
         inference_targets(plan, 0, named)
 
 
-# Non-square expert matrices: orientation is unambiguous. Per case: the model, the training and rollout
-# layouts on 2 ranks, and the pipeline split verl's TransformerConfig gives.
-CASES = {
-    "deepseek_v3": (
-        ModelShapes.tiny(moe_intermediate=4),
-        TrainLayout(2, tp=1, pp=2, ep=1, layers_per_stage=(1, 3)),
-        InferLayout(2, tp=1, ep=2),
-        (1, 3),
-    ),
-    # Qwen3-MoE's attention interleaved per group across TP 2, whole experts in training (ETP 1, EP 2).
-    "qwen3_moe": (
-        ModelShapes.tiny(arch="qwen3_moe", moe_intermediate=4),
-        TrainLayout(2, tp=2, pp=1, ep=2, etp=1),
-        InferLayout(2, tp=1, ep=2),
-        (None, None),
-    ),
-}
+CASES = SYNC_CASES
 MODEL, TRAIN, INFER, _ = CASES["deepseek_v3"]
 
 

@@ -34,25 +34,21 @@ import types
 import torch
 
 from npu_rl.reshard import InferLayout, ModelShapes, TrainLayout
-from npu_rl.reshard.harness import VLLM_0_23_FUSED, full_weights, hf_config, megatron_named, run_ranks, vllm_named
+from npu_rl.reshard.harness import (
+    SYNC_CASES,
+    VLLM_0_23_FUSED,
+    full_weights,
+    hf_config,
+    megatron_named,
+    run_ranks,
+    vllm_named,
+)
 from npu_rl.reshard.verl_sync import cached_plan
 
-# Per case: the model, the training layout (Megatron's), the rollout's, the pipeline split verl's
-# TransformerConfig gives, and the fault to inject (None: a clean sync).
+# Per case: the model, the training layout (Megatron's), the rollout's and the pipeline split verl's
+# TransformerConfig gives; a fault to inject comes with the case's name (CASE:FAULT).
 CASES = {
-    "deepseek_v3": (
-        ModelShapes.tiny(moe_intermediate=4),
-        TrainLayout(2, tp=1, pp=2, ep=1, layers_per_stage=(1, 3)),
-        InferLayout(2, tp=1, ep=2),
-        (1, 3),
-    ),
-    # Qwen3-MoE's attention interleaved per group across TP 2, whole experts in training (ETP 1, EP 2).
-    "qwen3_moe": (
-        ModelShapes.tiny(arch="qwen3_moe", moe_intermediate=4),
-        TrainLayout(2, tp=2, pp=1, ep=2, etp=1),
-        InferLayout(2, tp=1, ep=2),
-        (None, None),
-    ),
+    **SYNC_CASES,
     # The 235B recipe's kind of layout on 8 ranks: TP2 PP2 EP2 with whole experts, rollout TP2 x DP4 = EP8.
     "qwen3_moe_8": (
         ModelShapes.tiny(arch="qwen3_moe", moe_intermediate=4),
