@@ -191,25 +191,19 @@ def _fused_rows(plan: Plan, rank: int, have: dict[str, torch.Tensor]) -> dict[st
     """The planner's parameters as row ranges of the vLLM parameters that fuse them (``ROW_FUSED``), where the
     rollout model has the fused one: Qwen3's q, k and v in ``qkv_proj``; DeepSeek's q_a and kv_a in vLLM 0.23's
     ``fused_qkv_a_proj``."""
-    rows = {p.name: plan.infer_shape(i, rank)[0] for i, p in enumerate(plan.params)}
+    layout = _RolloutLayout(plan, rank)
     out = {}
-    for name, fused in have.items():
-        for suffix, parts in ROW_FUSED.items():
-            if not name.endswith("." + suffix):
-                continue
-            pre = name[: -len(suffix)]
-            if any(pre + part not in rows for part in parts):
-                continue
-            start = 0
-            for part in parts:
-                n = rows[pre + part]
-                out[pre + part] = fused[start : start + n]
-                start += n
-            if start != fused.shape[0]:
-                raise ReshardLayoutError(
-                    f"reshard: rollout parameter {name} has {fused.shape[0]} rows, "
-                    f"the plan's {', '.join(parts)} {start}"
-                )
+    for name, (target, start, rows) in layout.slot.items():
+        if target == name or target not in have:
+            continue
+        fused, planned = have[target], layout.shape[target][0]
+        if fused.shape[0] != planned:
+            parts = [n.rsplit(".", 2)[-2] for n, slot in layout.slot.items() if slot[0] == target]
+            raise ReshardLayoutError(
+                f"reshard: rollout parameter {target} has {fused.shape[0]} rows, "
+                f"the plan's {', '.join(parts)} {planned}"
+            )
+        out[name] = fused[start : start + rows]
     return out
 
 
