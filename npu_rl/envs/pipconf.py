@@ -89,12 +89,48 @@ def torch_args(lock: Path) -> list[str]:
     return [] if local_wheel("torch", base) else ["--extra-index-url", index]
 
 
+def uv_torch_args(lock: Path) -> list[str]:
+    """uv's arguments for the same choice as :func:`torch_args`.
+
+    uv reads no pip configuration (the Makefile runs it with ``UV_NO_CONFIG``), so a local
+    find-links folder that holds the wheel is named to it; else the CPU wheel index.
+    """
+    version, index = lock_torch(lock)
+    if not version or not index:
+        return []
+    wheel = local_wheel("torch", version.split("+")[0])
+    return ["--find-links", str(wheel.parent)] if wheel else ["--extra-index-url", index]
+
+
+def pinned(lock: Path, name: str) -> str:
+    """One package's entry of a lock, pin and hashes, as a requirements file of its own.
+
+    pip installs uv from it with ``--require-hashes`` before uv installs the rest of the
+    lock: the bootstrap is as strict as the install it starts.
+    """
+    lines = lock.read_text(encoding="utf-8").splitlines()
+    for i, line in enumerate(lines):
+        if line.startswith(f"{name}=="):
+            entry = [line]
+            while entry[-1].rstrip().endswith("\\"):
+                entry.append(lines[i + len(entry)])
+            return "\n".join(entry) + "\n"
+    raise SystemExit(f"npu-rl: error: {lock} pins no {name}; fix: make lock")
+
+
+USAGE = "usage: python -m npu_rl.envs.pipconf {torch-args|uv-torch-args|pinned NAME} LOCK"
+
+
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
-    if len(argv) == 2 and argv[0] == "torch-args":
-        print(" ".join(torch_args(Path(argv[1]))))
+    if len(argv) == 2 and argv[0] in ("torch-args", "uv-torch-args"):
+        args = torch_args if argv[0] == "torch-args" else uv_torch_args
+        print(" ".join(args(Path(argv[1]))))
         return 0
-    print("usage: python -m npu_rl.envs.pipconf torch-args LOCK", file=sys.stderr)
+    if len(argv) == 3 and argv[0] == "pinned":
+        sys.stdout.write(pinned(Path(argv[2]), argv[1]))
+        return 0
+    print(USAGE, file=sys.stderr)
     return 2
 
 
