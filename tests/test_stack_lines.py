@@ -274,13 +274,14 @@ COMPOSE_ON_THE_LINE = """
 import json, sys
 from pathlib import Path
 from npu_rl.recipe.loader import load_recipe
-from npu_rl.launcher.verl_config import check_recipe
+from npu_rl.launcher.spec import build_launch
+from npu_rl.launcher.verl_config import check_argv
 out = {}
 for path in sorted(Path("configs/recipes").glob("*.yaml")):
     sets = {"stack": sys.argv[1]}
     if path.stem == "tiny_math_cpu":
         sets["rollout.name"] = "vllm"
-    cfg = check_recipe(load_recipe(path.stem, sets))
+    cfg = check_argv(build_launch(load_recipe(path.stem, sets)).argv)
     ro = cfg.actor_rollout_ref.rollout
     out[path.stem] = [
         str(cfg.reward.custom_reward_function.path),

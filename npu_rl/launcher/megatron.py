@@ -14,7 +14,6 @@ from pathlib import Path
 from ..errors import UserError
 from ..patches.guard import VERL_0_6_1
 from ..recipe.schema import Recipe
-from ..reshard.layout import InferLayout, TrainLayout
 from ..reshard.planner import BUCKET_ENV
 from ..run_files import resolve
 from .hydra import hydra_value
@@ -125,22 +124,6 @@ def megatron_env(recipe: Recipe) -> dict[str, str]:
     if not recipe.reshard.enabled:
         return {}
     return {BUCKET_ENV: str(recipe.reshard.bucket_mb)}
-
-
-def reshard_layouts(recipe: Recipe) -> tuple[TrainLayout, InferLayout]:
-    """The training and rollout layouts of a megatron recipe, as the reshard planner sees them."""
-    act, roll, world = recipe.actor, recipe.rollout, recipe.resources.world_size
-    train = TrainLayout(
-        world,
-        tp=act.tensor_model_parallel_size,
-        pp=act.pipeline_model_parallel_size,
-        ep=act.expert_model_parallel_size,
-        etp=act.expert_tensor_parallel_size or 0,
-        layers_per_stage=tuple(act.layers_per_stage) if act.layers_per_stage else None,
-    )
-    ep = roll.tensor_model_parallel_size * (roll.data_parallel_size or 1) if roll.expert_parallel else 1
-    infer = InferLayout(world, tp=roll.tensor_model_parallel_size, ep=ep)
-    return train, infer
 
 
 # npu-rl's own FP8 -> BF16 cast (npu_rl.model.fp8_cast): torch on the CPU, so it runs on an Ascend host.

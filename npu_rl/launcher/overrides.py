@@ -23,6 +23,7 @@ from .releases import (
     for_release,
     rollout_server_on_cpu,
     skips_by_bypass,
+    verl_overrides_key,
     verl_release,
 )
 
@@ -44,10 +45,34 @@ def reward_function_path(recipe: Recipe) -> str:
 def build_overrides(recipe: Recipe, resume_from: Path | None = None, restart: bool = False) -> list[str]:
     """verl hydra overrides of ``recipe``; ``resume_from`` names the checkpoint to resume (instead of
     verl's latest-marker choice), ``restart`` starts afresh although checkpoint directories exist."""
+    release = verl_release(recipe)
+    resume_mode = "disable" if restart else "resume_path" if resume_from else recipe.checkpoint.resume
+    kv = _fields(recipe, resume_mode)
+    if resume_from is not None and not restart:
+        kv.append(("trainer.resume_from_path", str(resume_from)))
+    kv += _fields_when_set(recipe)
+    if recipe.actor.strategy != "megatron":
+        kv += _fsdp_fields(recipe)
+    if recipe.resources.platform == "cpu":
+        kv = rollout_server_on_cpu(release, kv)
+    out = [f"{k}={hydra_value(v)}" for k, v in kv]
+    out += _appended_fields(recipe)
+    out += _old_log_prob_skip(recipe)
+    if recipe.actor.strategy == "megatron":
+        out += megatron_overrides(recipe)
+    out += rollout_engine_overrides(recipe)
+    out += _platform_overrides(recipe)
+    out = [for_release(o, release) for o in out]
+    out += [f"{verl_overrides_key(k, recipe)}={hydra_value(v)}" for k, v in recipe.verl_overrides.items()]
+    return out
+
+
+def _fields(recipe: Recipe, resume_mode: str) -> list[tuple[str, Any]]:
+    """The keys every launch sets: the recipe's fields and where the run's files are."""
     a, m, d, act, ro, res = recipe.algorithm, recipe.model, recipe.data, recipe.actor, recipe.rollout, recipe.resources
     ckpt, log = recipe.checkpoint, recipe.logging
     ws = run_files.resolve
-    kv: list[tuple[str, Any]] = [
+    return [
         ("algorithm.adv_estimator", a.adv_estimator),
         ("algorithm.use_kl_in_reward", a.use_kl_in_reward),
         ("data.train_files", [str(ws(f)) for f in d.train_files]),
@@ -98,7 +123,7 @@ def build_overrides(recipe: Recipe, resume_from: Path | None = None, restart: bo
         ("trainer.device", res.device),
         ("trainer.save_freq", ckpt.save_freq),
         ("trainer.test_freq", ckpt.test_freq),
-        ("trainer.resume_mode", "disable" if restart else "resume_path" if resume_from else ckpt.resume),
+        ("trainer.resume_mode", resume_mode),
         ("trainer.val_before_train", ckpt.val_before_train),
         ("trainer.default_local_dir", str(run_files.checkpoint_root(recipe))),
         ("trainer.max_actor_ckpt_to_keep", ckpt.max_to_keep),
@@ -106,8 +131,13 @@ def build_overrides(recipe: Recipe, resume_from: Path | None = None, restart: bo
         ("custom_reward_function.name", recipe.reward.name),
         ("reward_model.reward_manager", recipe.reward.manager),
     ]
-    if resume_from is not None and not restart:
-        kv.append(("trainer.resume_from_path", str(resume_from)))
+
+
+def _fields_when_set(recipe: Recipe) -> list[tuple[str, Any]]:
+    """Keys set only where the recipe sets their field, so recipes without them keep verl's defaults (and their
+    argv)."""
+    a, d, ro = recipe.algorithm, recipe.data, recipe.rollout
+    kv: list[tuple[str, Any]] = []
     if a.total_training_steps is not None:
         kv.append(("trainer.total_training_steps", a.total_training_steps))
     if d.val_batch_size is not None:
@@ -120,53 +150,56 @@ def build_overrides(recipe: Recipe, resume_from: Path | None = None, restart: bo
         # The rollout returns its log-probs of the sampled tokens, for the consistency gate to compare (and,
         # on verl 0.9 with the skip, for the update to use as old_log_probs).
         kv.append(("actor_rollout_ref.rollout.calculate_log_probs", True))
-    # Set only when the recipe sets them, so recipes without them keep verl's defaults (and their argv).
     for key in ("top_k", "top_p", "max_num_seqs", "enable_prefix_caching"):
         if getattr(ro, key) is not None:
             kv.append((f"actor_rollout_ref.rollout.{key}", getattr(ro, key)))
     if a.balance_batch is not None:
         kv.append(("trainer.balance_batch", a.balance_batch))
-    if act.strategy != "megatron":
-        kv += [
-            ("actor_rollout_ref.model.enable_gradient_checkpointing", m.enable_gradient_checkpointing),
-            ("actor_rollout_ref.actor.fsdp_config.param_offload", act.param_offload),
-            ("actor_rollout_ref.actor.fsdp_config.optimizer_offload", act.optimizer_offload),
-            ("actor_rollout_ref.ref.fsdp_config.param_offload", act.ref_param_offload),
-        ]
-        if m.dtype is not None:
-            # FSDP's param_dtype for the actor and the ref when no mixed_precision is given (verl 0.6.1
-            # workers/fsdp_workers.py:461-471; default trainer/config/engine/fsdp.yaml:56) and the rollout's
-            # (trainer/config/rollout/rollout.yaml:29), which the CPU rollout generates in.
-            kv += [
-                (f"actor_rollout_ref.{role}.dtype", m.dtype)
-                for role in ("actor.fsdp_config", "ref.fsdp_config", "rollout")
-            ]
+    return kv
 
-    if recipe.resources.platform == "cpu":
-        kv = rollout_server_on_cpu(verl_release(recipe), kv)
-    out = [f"{k}={hydra_value(v)}" for k, v in kv]
-    # Keys absent from verl's schema need hydra's "+" (append) prefix.
+
+def _fsdp_fields(recipe: Recipe) -> list[tuple[str, Any]]:
+    """The fsdp strategies' keys (megatron's are megatron_overrides')."""
+    m, act = recipe.model, recipe.actor
+    kv: list[tuple[str, Any]] = [
+        ("actor_rollout_ref.model.enable_gradient_checkpointing", m.enable_gradient_checkpointing),
+        ("actor_rollout_ref.actor.fsdp_config.param_offload", act.param_offload),
+        ("actor_rollout_ref.actor.fsdp_config.optimizer_offload", act.optimizer_offload),
+        ("actor_rollout_ref.ref.fsdp_config.param_offload", act.ref_param_offload),
+    ]
+    if m.dtype is not None:
+        # FSDP's param_dtype for the actor and the ref when no mixed_precision is given (verl 0.6.1
+        # workers/fsdp_workers.py:461-471; default trainer/config/engine/fsdp.yaml:56) and the rollout's
+        # (trainer/config/rollout/rollout.yaml:29), which the CPU rollout generates in.
+        kv += [
+            (f"actor_rollout_ref.{role}.dtype", m.dtype) for role in ("actor.fsdp_config", "ref.fsdp_config", "rollout")
+        ]
+    return kv
+
+
+def _appended_fields(recipe: Recipe) -> list[str]:
+    """Recipe fields whose keys verl's schema lacks, hence hydra's "+" (append) prefix."""
     w = recipe.reward.weights
-    out += [
+    out = [
         f"+custom_reward_function.reward_kwargs.weights.accuracy={hydra_value(w.accuracy)}",
         f"+custom_reward_function.reward_kwargs.weights.format={hydra_value(w.format)}",
         f"+custom_reward_function.reward_kwargs.weights.cot={hydra_value(w.cot)}",
         f"+custom_reward_function.reward_kwargs.timeout_s={hydra_value(recipe.reward.timeout_s)}",
     ]
-    if m.attn_implementation:
-        out.append(f"+actor_rollout_ref.model.override_config.attn_implementation={m.attn_implementation}")
-    if skips_by_bypass(recipe):
-        out += BYPASS_OLD_LOG_PROB
-    elif not recipe.optimizations.recompute_old_log_prob:
-        # verl's actor dataclasses lack the key; the patch's subclasses carry it.
-        out += old_log_prob_overrides(act.strategy)
-    if act.strategy == "megatron":
-        out += megatron_overrides(recipe)
-    out += rollout_engine_overrides(recipe)
-    out += _platform_overrides(recipe)
-    out = [for_release(o, verl_release(recipe)) for o in out]
-    out += [f"{k}={hydra_value(v)}" for k, v in recipe.verl_overrides.items()]
+    if recipe.model.attn_implementation:
+        out.append(f"+actor_rollout_ref.model.override_config.attn_implementation={recipe.model.attn_implementation}")
     return out
+
+
+def _old_log_prob_skip(recipe: Recipe) -> list[str]:
+    """``optimizations.recompute_old_log_prob: false``: verl's bypass mode from verl 0.9 on, npu-rl's patch
+    before."""
+    if skips_by_bypass(recipe):
+        return BYPASS_OLD_LOG_PROB
+    if not recipe.optimizations.recompute_old_log_prob:
+        # verl's actor dataclasses lack the key; the patch's subclasses carry it.
+        return old_log_prob_overrides(recipe.actor.strategy)
+    return []
 
 
 ENGINE_KWARGS = "actor_rollout_ref.rollout.engine_kwargs.vllm"

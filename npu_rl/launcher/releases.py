@@ -1,6 +1,7 @@
 """What a launch says differently for each verl release a stack line pins (configs/stacks/): the keys verl
 moved, and what a CPU host needs said in verl's own config once the rollout is a server. The launcher's
-overrides (npu_rl.launcher.overrides) are written in verl 0.6.1's keys and pass through here."""
+overrides (npu_rl.launcher.overrides) are written in verl 0.6.1's keys and pass through here, as do a recipe's
+verl_overrides."""
 
 from __future__ import annotations
 
@@ -8,6 +9,7 @@ from typing import Any
 
 from .. import versions
 from ..cluster.raynode import logical_cpus as node_cpus
+from ..errors import UserError
 from ..patches.guard import VERL_0_6_1
 from ..recipe.schema import Recipe
 
@@ -74,16 +76,44 @@ MOVED_KEYS = {
 }
 
 
-def for_release(override: str, release: str) -> str:
-    """One ``key=value`` override as ``release`` names its key."""
+def release_key(key: str, release: str) -> str:
+    """A config key in verl 0.6.1's names (the launcher's) as ``release`` names it."""
     if release == VERL_0_6_1:
-        return override
-    prefix = "+" if override.startswith("+") else ""
-    key, eq, value = override.lstrip("+").partition("=")
+        return key
     for old, new in MOVED_KEYS.items():
         if key == old or key.startswith(old + "."):
-            return f"{prefix}{new}{key[len(old) :]}{eq}{value}"
-    return override
+            return f"{new}{key[len(old) :]}"
+    return key
+
+
+def _split_prefix(key: str) -> tuple[str, str]:
+    """(hydra's ``+``/``++``/``~`` prefix, the dotted key)."""
+    bare = key.lstrip("+~")
+    return key[: len(key) - len(bare)], bare
+
+
+def for_release(override: str, release: str) -> str:
+    """One ``key=value`` override as ``release`` names its key."""
+    prefix, rest = _split_prefix(override)
+    key, eq, value = rest.partition("=")
+    return f"{prefix}{release_key(key, release)}{eq}{value}"
+
+
+def verl_overrides_key(key: str, recipe: Recipe) -> str:
+    """A ``verl_overrides`` key as the recipe's verl names it. Keys in verl 0.6.1's names move as the launcher's
+    own do, so a recipe's overrides hold on every line. A moved key's new name on verl 0.6.1 is refused: that
+    release's config has no top-level ``reward`` (verl v0.6.1 trainer/config/_generated_ppo_trainer.yaml, top-level
+    keys at :6-557), so hydra would refuse it, or with ``+`` add it where nothing reads it."""
+    release = verl_release(recipe)
+    prefix, bare = _split_prefix(key)
+    if release == VERL_0_6_1:
+        for old, new in MOVED_KEYS.items():
+            if bare == new or bare.startswith(new + "."):
+                raise UserError(
+                    f"verl_overrides: {bare!r} is no key of verl {release} (stack line {recipe.stack_line}); "
+                    f"write {old + bare[len(new) :]!r}, which every stack line names for its verl"
+                )
+    return f"{prefix}{release_key(bare, release)}"
 
 
 def logical_cpus(recipe: Recipe) -> int:

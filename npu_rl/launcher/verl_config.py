@@ -18,7 +18,7 @@ from typing import Any
 
 from ..errors import UserError
 from ..patches.old_log_prob import check_config as check_old_log_prob
-from .spec import build_launch, hydra_args
+from .spec import hydra_args
 
 
 def verl_config_dir() -> Path:
@@ -131,8 +131,3 @@ def check_argv(argv) -> Any:
     cfg = compose_verl_config(overrides, name)
     validate_with_verl(cfg)
     return cfg
-
-
-def check_recipe(recipe) -> Any:
-    """:func:`check_argv` of the recipe's launch."""
-    return check_argv(build_launch(recipe).argv)

@@ -2,6 +2,11 @@
 
 Every model forbids unknown keys, so a typo in a recipe is an error naming the
 field rather than a silently ignored setting.
+
+A description's "verl `key`" is what the launcher sets from the field, in verl 0.6.1's names, which the
+launch moves where each stack line's verl reads them (npu_rl.launcher.releases.MOVED_KEYS); a release before
+the key ("verl 0.9.0 `key`") limits it to the lines of that release. tests/recipes/test_verl_keys.py holds
+the descriptions to the launch's overrides.
 """
 
 from __future__ import annotations
@@ -219,18 +224,20 @@ class ActorSpec(Strict):
     param_offload: bool = Field(
         False,
         description="Keep the actor's parameters on the host between phases -> verl "
-        "`actor_rollout_ref.actor.fsdp_config.param_offload` (megatron: `...actor.megatron.param_offload` "
-        "and `grad_offload`)",
+        "`actor_rollout_ref.actor.fsdp_config.param_offload` (megatron: verl "
+        "`actor_rollout_ref.actor.megatron.param_offload` and `actor_rollout_ref.actor.megatron.grad_offload`)",
     )
     optimizer_offload: bool = Field(
         False,
         description="Keep the optimizer state on the host between phases -> verl "
-        "`actor_rollout_ref.actor.fsdp_config.optimizer_offload` (megatron: `...actor.megatron.optimizer_offload`)",
+        "`actor_rollout_ref.actor.fsdp_config.optimizer_offload` (megatron: verl "
+        "`actor_rollout_ref.actor.megatron.optimizer_offload`)",
     )
     ref_param_offload: bool = Field(
         True,
         description="Keep the reference model's parameters on the host -> verl "
-        "`actor_rollout_ref.ref.fsdp_config.param_offload` (megatron: `...ref.megatron.param_offload`)",
+        "`actor_rollout_ref.ref.fsdp_config.param_offload` (megatron: verl "
+        "`actor_rollout_ref.ref.megatron.param_offload`)",
     )
     log_prob_micro_batch_size_per_device: int = Field(
         8,
@@ -300,8 +307,9 @@ class RolloutSpec(Strict):
     )
     expert_parallel: bool = Field(
         False,
-        description="vLLM expert parallelism for MoE -> verl "
-        "`+actor_rollout_ref.rollout.engine_kwargs.vllm.enable_expert_parallel`",
+        description="vLLM expert parallelism for MoE -> verl 0.6.1 "
+        "`+actor_rollout_ref.rollout.engine_kwargs.vllm.enable_expert_parallel`, verl 0.9.0 "
+        "`actor_rollout_ref.rollout.expert_parallel_size` (rollout TP x data_parallel_size)",
     )
     gpu_memory_utilization: float = Field(
         0.8,
@@ -354,7 +362,8 @@ class RolloutSpec(Strict):
     data_parallel_size: int | None = Field(
         None,
         gt=0,
-        description="vLLM data-parallel size with expert_parallel -> env `VLLM_DP_SIZE` (npu_rl.patches.vllm_dp)",
+        description="vLLM data-parallel size with expert_parallel -> env `VLLM_DP_SIZE` (npu_rl.patches.vllm_dp) "
+        "on verl 0.6.1, verl 0.9.0 `actor_rollout_ref.rollout.data_parallel_size`",
     )
     # vllm-ascend additional_config: torchair graph mode and the Ascend scheduler (NPU only).
     graph_mode: bool = Field(
@@ -563,8 +572,9 @@ class OptimizationsSpec(Strict):
     # log-probs (exact only on-policy with one optimizer update per step).
     recompute_old_log_prob: bool = Field(
         True,
-        description="False: skip verl's old_log_prob pass (patch old_log_prob) -> verl "
-        "`+actor_rollout_ref.actor.recompute_old_log_prob`",
+        description="False: skip verl's old_log_prob pass -> verl 0.6.1 "
+        "`+actor_rollout_ref.actor.recompute_old_log_prob` (patch old_log_prob), verl 0.9.0 "
+        "`algorithm.rollout_correction.bypass_mode` (verl's bypass mode)",
     )
 
 
@@ -573,8 +583,9 @@ class ReshardSpec(Strict):
 
     enabled: bool = Field(
         False,
-        description="Sync weights through npu_rl.reshard (patch reshard) -> verl "
-        "`actor_rollout_ref.actor.megatron.use_mbridge=False`",
+        description="Sync weights through npu_rl.reshard (patch reshard) -> verl 0.6.1 "
+        "`actor_rollout_ref.actor.megatron.use_mbridge` False (verl 0.9.0 exports through mbridge, which the "
+        "patch replaces)",
     )
     # Per-rank staging (send + receive) cap of one alltoallv round; bounds the sync's extra memory.
     bucket_mb: int = Field(
@@ -659,7 +670,8 @@ class Recipe(Strict):
     )
     verl_overrides: dict[str, Any] = Field(
         default_factory=dict,
-        description="Extra hydra overrides for verl, dotted keys -> values, applied last so they win (escape hatch)",
+        description="Extra hydra overrides for verl, dotted keys -> values, applied last so they win (escape hatch); "
+        "keys in verl 0.6.1's names move where the stack line's verl reads them, as the fields' keys do",
     )
     unverified: list[str] = Field(
         default_factory=list,
@@ -744,9 +756,8 @@ class Recipe(Strict):
         return not self.optimizations.recompute_old_log_prob or versions.line_verl(self.stack_line) != "0.6.1"
 
     @model_validator(mode="after")
-    def _divisibility(self) -> Recipe:
-        a, r = self.algorithm, self.resources
-        world = r.world_size
+    def _batches_split_evenly(self) -> Recipe:
+        a, world = self.algorithm, self.resources.world_size
         if a.ppo_mini_batch_size > a.train_batch_size:
             raise ValueError(
                 f"algorithm.ppo_mini_batch_size ({a.ppo_mini_batch_size}) exceeds algorithm.train_batch_size "
@@ -782,6 +793,11 @@ class Recipe(Strict):
                 f"algorithm.ppo_micro_batch_size_per_device ({micro}) {what} the per-rank mini-batch "
                 f"(ppo_mini_batch_size * rollout_n / {dp} data-parallel ranks = {per_rank})"
             )
+        return self
+
+    @model_validator(mode="after")
+    def _model_parallel_layouts_fit_the_devices(self) -> Recipe:
+        world = self.resources.world_size
         if world % self.rollout.tensor_model_parallel_size:
             raise ValueError(
                 f"rollout.tensor_model_parallel_size ({self.rollout.tensor_model_parallel_size}) does not divide "
@@ -800,6 +816,11 @@ class Recipe(Strict):
                     f"actor.layers_per_stage has {len(act.layers_per_stage)} entries but "
                     f"actor.pipeline_model_parallel_size is {act.pipeline_model_parallel_size}"
                 )
+        return self
+
+    @model_validator(mode="after")
+    def _old_log_prob_skip_needs_one_update_per_step(self) -> Recipe:
+        a = self.algorithm
         if not self.optimizations.recompute_old_log_prob:
             if a.ppo_epochs != 1 or a.ppo_mini_batch_size != a.train_batch_size:
                 raise ValueError(
@@ -807,6 +828,10 @@ class Recipe(Strict):
                     f"but algorithm.ppo_epochs={a.ppo_epochs} and algorithm.ppo_mini_batch_size="
                     f"{a.ppo_mini_batch_size} != algorithm.train_batch_size={a.train_batch_size}"
                 )
+        return self
+
+    @model_validator(mode="after")
+    def _megatron_runs_on_npus(self) -> Recipe:
         if self.reshard.enabled and (self.actor.strategy != "megatron" or self.resources.platform == "cpu"):
             raise ValueError("reshard.enabled needs actor.strategy megatron on an NPU platform")
         if self.actor.strategy == "megatron" and self.resources.platform == "cpu":
@@ -819,7 +844,11 @@ class Recipe(Strict):
                 "actor.strategy megatron needs NPUs: megatron-core keeps its RNG states and parallel layers on "
                 "the accelerator; on platform cpu use actor.strategy fsdp"
             )
-        ro = self.rollout
+        return self
+
+    @model_validator(mode="after")
+    def _vllm_ascend_settings_need_vllm_on_npus(self) -> Recipe:
+        ro, world = self.rollout, self.resources.world_size
         if ro.expert_parallel:
             if ro.name != "vllm" or self.resources.platform == "cpu":
                 raise ValueError("rollout.expert_parallel needs rollout.name vllm on an NPU platform")
@@ -834,6 +863,10 @@ class Recipe(Strict):
             raise ValueError("rollout.data_parallel_size > 1 needs rollout.expert_parallel (vLLM DP is for MoE EP)")
         if (ro.graph_mode or ro.ascend_scheduler) and (ro.name != "vllm" or self.resources.platform == "cpu"):
             raise ValueError("rollout.graph_mode / rollout.ascend_scheduler are vllm-ascend settings (NPU, vllm)")
+        return self
+
+    @model_validator(mode="after")
+    def _training_settings_match_the_strategy(self) -> Recipe:
         if self.actor.strategy == "megatron" and self.model.dtype is not None:
             raise ValueError(
                 "model.dtype is for the fsdp strategies (verl's fsdp_config.dtype); megatron keeps bfloat16"
@@ -849,6 +882,10 @@ class Recipe(Strict):
                 "model.enable_gradient_checkpointing with actor.strategy megatron needs actor.recompute "
                 "(verl 0.6.1 megatron ignores the flag; recompute is Megatron-core's recompute_* settings)"
             )
+        return self
+
+    @model_validator(mode="after")
+    def _cpu_samples_with_hf_or_vllm(self) -> Recipe:
         if self.resources.platform == "cpu" and self.rollout.name not in ("hf", "vllm"):
             raise ValueError(
                 f"resources.platform cpu samples with rollout.name hf, or vllm in the cpu-vllm image "

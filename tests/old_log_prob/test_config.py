@@ -8,8 +8,8 @@ import yaml
 from npu_rl.cli import main
 from npu_rl.errors import UserError
 from npu_rl.launcher.overrides import build_overrides, patches_for
-from npu_rl.launcher.spec import config_name
-from npu_rl.launcher.verl_config import check_recipe, compose_verl_config, validate_with_verl
+from npu_rl.launcher.spec import build_launch, config_name
+from npu_rl.launcher.verl_config import check_argv, compose_verl_config, validate_with_verl
 from npu_rl.recipe import load_recipe
 from npu_rl.recipe.loader import resolve_recipe_path
 
@@ -28,7 +28,7 @@ def test_switch_is_on_and_verl_builds_the_actor_config(name):
     recipe = load_recipe(name)
     assert recipe.optimizations.recompute_old_log_prob is False
     assert "old_log_prob" in patches_for(recipe)
-    cfg = check_recipe(recipe)  # fsdp and megatron (deepseek) configs alike
+    cfg = check_argv(build_launch(recipe).argv)  # fsdp and megatron (deepseek) configs alike
     actor = omega_conf_to_dataclass(cfg.actor_rollout_ref.actor)
     assert actor.recompute_old_log_prob is False
     assert actor.strategy == recipe.actor.strategy
@@ -38,7 +38,7 @@ def test_switch_off_keeps_verl_stock_actor_config():
     recipe = load_recipe("tiny_math_cpu", {"optimizations.recompute_old_log_prob": True})
     assert "old_log_prob" not in patches_for(recipe)
     assert not [o for o in build_overrides(recipe) if "recompute_old_log_prob" in o or "_target_" in o]
-    cfg = check_recipe(recipe)
+    cfg = check_argv(build_launch(recipe).argv)
     assert type(cfg.actor_rollout_ref.actor._target_) is str
     assert cfg.actor_rollout_ref.actor._target_ == "verl.workers.config.FSDPActorConfig"
 
@@ -98,6 +98,6 @@ def test_multi_minibatch_is_refused_by_train_cli(tmp_path, capsys):
 def test_verl_settings_that_read_old_log_probs_are_refused(overrides, named):
     recipe = load_recipe("tiny_math_cpu", overrides)
     with pytest.raises(UserError, match=named):
-        check_recipe(recipe)
+        check_argv(build_launch(recipe).argv)
     recipe.optimizations.recompute_old_log_prob = True
-    check_recipe(recipe)
+    check_argv(build_launch(recipe).argv)

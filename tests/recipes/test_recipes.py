@@ -13,7 +13,7 @@ from npu_rl.errors import UserError
 from npu_rl.launcher.hydra import hydra_value
 from npu_rl.launcher.overrides import build_overrides
 from npu_rl.launcher.spec import build_launch
-from npu_rl.launcher.verl_config import check_recipe
+from npu_rl.launcher.verl_config import check_argv
 from npu_rl.recipe import load_recipe
 
 
@@ -26,7 +26,7 @@ def test_the_qwen_deepseek_and_cpu_recipes_ship():
 @pytest.mark.parametrize("name", HERE)
 def test_recipe_composes_with_verl_config(name, tmp_path, monkeypatch):
     monkeypatch.setenv("NPU_RL_WORKSPACE", str(tmp_path))
-    cfg = check_recipe(load_recipe(name))
+    cfg = check_argv(build_launch(load_recipe(name)).argv)
     recipe = load_recipe(name)
     assert cfg.trainer.device == recipe.resources.device
     assert cfg.trainer.nnodes * cfg.trainer.n_gpus_per_node == recipe.resources.world_size

@@ -21,11 +21,14 @@ from npu_rl.launcher.megatron import (
     megatron_overrides,
     megatron_patches,
     prepare_commands,
-    reshard_layouts,
     stage_split,
 )
+from npu_rl.launcher.spec import build_launch, hydra_args
+from npu_rl.launcher.verl_config import compose_verl_config
+from npu_rl.patches.vllm_dp import expert_parallel_size
 from npu_rl.recipe.loader import load_recipe
 from npu_rl.reshard import ModelShapes, build_report, model_params, plan_reshard
+from npu_rl.reshard.layout import InferLayout, TrainLayout
 
 VERL_CONFIG = Path(verl.__file__).parent / "trainer" / "config"
 RECIPE = "deepseek_r1_671b_a3"
@@ -34,6 +37,27 @@ RECIPE = "deepseek_r1_671b_a3"
 def _compose(overrides: list[str]):
     with initialize_config_dir(config_dir=str(VERL_CONFIG), version_base=None):
         return compose(config_name="ppo_megatron_trainer", overrides=overrides)
+
+
+def _reshard_layouts(recipe) -> tuple[TrainLayout, InferLayout]:
+    """The layouts the reshard patch plans with in the recipe's run (npu_rl.patches.reshard.build_request): the
+    Megatron sizes verl's composed actor config gives Megatron-core, and the rollout EP the patch reads from the
+    rollout config and the launch's environment (expert_parallel_size: TP x VLLM_DP_SIZE with the engine's
+    expert parallelism)."""
+    spec = build_launch(recipe)
+    name, overrides = hydra_args(spec.argv)
+    cfg = compose_verl_config(overrides, name)
+    meg, rollout = cfg.actor_rollout_ref.actor.megatron, cfg.actor_rollout_ref.rollout
+    world = cfg.trainer.nnodes * cfg.trainer.n_gpus_per_node
+    train = TrainLayout(
+        world,
+        tp=meg.tensor_model_parallel_size,
+        pp=meg.pipeline_model_parallel_size,
+        ep=meg.expert_model_parallel_size,
+        etp=meg.expert_tensor_parallel_size or 0,
+    )
+    infer = InferLayout(world, tp=rollout.tensor_model_parallel_size, ep=expert_parallel_size(rollout, spec.env))
+    return train, infer
 
 
 def test_recipe_validates_at_its_documented_scale():
@@ -116,7 +140,8 @@ def test_reshard_on_cpu_or_fsdp_is_a_recipe_error():
         load_recipe(RECIPE, {"actor.strategy": "fsdp", "actor.layers_per_stage": None})
 
 
-def test_recipe_layouts_plan_at_the_minimum():
+def test_recipe_layouts_plan_at_the_minimum(tmp_path, monkeypatch):
+    monkeypatch.setenv("NPU_RL_WORKSPACE", str(tmp_path))
     # The recipe's own layouts on a 2-layer slice of DeepSeek-V3 shapes (the full model is the benchmark's job).
     r = load_recipe(
         RECIPE,
@@ -126,7 +151,8 @@ def test_recipe_layouts_plan_at_the_minimum():
             "actor.tensor_model_parallel_size": 4,
         },
     )
-    train, infer = reshard_layouts(r)
+    train, infer = _reshard_layouts(r)
+    assert (train.tp, train.pp, train.ep, infer.tp, infer.ep) == (4, 1, 8, 2, 128)
     m = ModelShapes(num_layers=2, first_k_dense=1, vocab=1024)
     plan = plan_reshard(model_params(m), train, infer, num_layers=2, num_experts=m.num_experts)
     rep = build_report(plan, 2)
@@ -199,12 +225,13 @@ def test_verl_megatron_worker_stops_on_cpu_where_the_refusal_says():
     assert run.stderr.strip().splitlines()[-1].endswith("AssertionError: Torch not compiled with CUDA enabled")
 
 
-def test_the_qwen3_235b_recipe_plans_its_whole_experts_at_the_minimum():
+def test_the_qwen3_235b_recipe_plans_its_whole_experts_at_the_minimum(tmp_path, monkeypatch):
+    monkeypatch.setenv("NPU_RL_WORKSPACE", str(tmp_path))
     # Upstream's layout at its scale (128 ranks, TP4 PP4 EP32 with whole experts, rollout TP4 x DP32 = EP128)
     # on a 4-layer slice of Qwen3-235B-A22B: before ETP was planned, the patch refused this recipe at its first
     # weight sync ("reshard assumes expert TP == TP").
     r = load_recipe("qwen3_235b_a22b_grpo_a3", {"actor.layers_per_stage": [1, 1, 1, 1]})
-    train, infer = reshard_layouts(r)
+    train, infer = _reshard_layouts(r)
     assert (train.tp, train.pp, train.ep, train.etp, infer.tp, infer.ep) == (4, 4, 32, 1, 4, 128)
     assert "actor_rollout_ref.actor.megatron.expert_tensor_parallel_size=1" in megatron_overrides(r)
     m = ModelShapes.qwen3_235b(num_layers=4, vocab=1024)
