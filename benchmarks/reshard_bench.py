@@ -15,6 +15,7 @@ import argparse
 import statistics
 import sys
 import time
+from pathlib import Path
 
 import torch
 import torch.distributed as dist
@@ -22,7 +23,10 @@ import torch.distributed as dist
 from npu_rl.reshard import InferLayout, ModelShapes, TrainLayout, build_report, model_params, plan_reshard
 from npu_rl.reshard.baseline import allgather_reshard, make_groups
 from npu_rl.reshard.executor import execute
-from npu_rl.reshard.harness import blank_infer_shards, expected_infer_shards, full_weights, run_ranks, train_shards
+
+# The ranks and the seeded shards come from the tests' harness (test support, not part of npu-rl).
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests" / "reshard"))
+from reshard_harness import blank_infer_shards, expected_infer_shards, full_weights, run_ranks, train_shards  # noqa: E402
 
 DEEPSEEK = ModelShapes()
 CASES = [

@@ -11,6 +11,8 @@ import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
+from .rayports import choose_ports
+
 
 @dataclass(frozen=True)
 class Address:
@@ -31,10 +33,10 @@ class Address:
 
 
 def free_port(host: str = "127.0.0.1") -> int:
-    """A port the OS reports free on ``host`` right now."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind((host, 0))
-        return s.getsockname()[1]
+    """A port free on ``host`` right now, from below the kernel's ephemeral range (rayports.default_range):
+    a port from that range is what any bind to port 0 gets, so another process could take it before the
+    caller binds it."""
+    return choose_ports(1, host=host)[0]
 
 
 def port_free(port: int, host: str = "0.0.0.0") -> bool:

@@ -84,15 +84,6 @@ def required(environ: Mapping[str, str], who: str) -> dict[str, str]:
     return found
 
 
-def given_or_new(environ: Mapping[str, str], directory: Path) -> tuple[dict[str, str], Path | None]:
-    """The environment's token, else a new one in ``directory`` (its path is the second value)."""
-    found = given(environ)
-    if found is not None:
-        return found, None
-    path = new_token(directory)
-    return {MODE_ENV: "token", PATH_ENV: str(path)}, path
-
-
 def observe_in_process() -> None:
     """Make this process's next ``ray.init`` read the token variables as they are now. Ray reads
     ``RAY_AUTH_MODE`` and the token once per process and caches both (ray 2.60

@@ -1,7 +1,8 @@
-"""Patches that make verl 0.6.1 do what the recipes need. Each lives in its own
-module as a ``guard.Patch`` (version guard, fingerprints checked as the patched
-modules are imported); ``NPU_RL_PATCHES`` (comma-separated names) selects which
-ones a run installs, in every process (see boot/sitecustomize.py).
+"""Patches that make verl do what the recipes need, on the releases the stack lines pin (0.6.1 and 0.9.0).
+Each lives in its own module as a ``guard.Patch`` naming the releases it supports, with the fingerprints of
+the verl code it relies on in each (checked as the patched modules are imported; any other release is
+refused); ``NPU_RL_PATCHES`` (comma-separated names) selects which ones a run installs, in every process
+(see boot/sitecustomize.py).
 
 Every Python process of a run imports the selected patch modules, reward workers included, so importing one
 loads no verl, torch, ray, vllm, megatron, omegaconf, transformers, psutil nor the recipe schema (pydantic):
@@ -15,22 +16,7 @@ import os
 from pathlib import Path
 
 from .guard import APPLIED
-
-# name -> module defining PATCH (a guard.Patch), whose install() registers post-import hooks.
-PATCHES = {
-    "cpu": "npu_rl.patches.cpu_platform",
-    "old_log_prob": "npu_rl.patches.old_log_prob",
-    "consistency": "npu_rl.patches.consistency",
-    "reshard": "npu_rl.patches.reshard",
-    "vllm_dp": "npu_rl.patches.vllm_dp",
-    "file_logger": "npu_rl.patches.file_logger",
-    "swanlab_finish": "npu_rl.patches.swanlab_finish",
-    "checkpoint_rotation": "npu_rl.patches.checkpoint_rotation",
-    "batch_fingerprint": "npu_rl.patches.batch_fingerprint",
-    "reward_parts": "npu_rl.patches.reward_parts",
-    "attest": "npu_rl.patches.attest",
-    "rehearse": "npu_rl.patches.rehearse",
-}
+from .registry import PATCHES
 
 BOOT_DIR = Path(__file__).resolve().parent / "boot"
 

@@ -26,9 +26,9 @@ from __future__ import annotations
 import dataclasses
 import functools
 import os
-from typing import Any
 
 from . import cpu_plugin
+from .cpu_common import WORKER_SLOT, cpu_fsdp_class
 from .guard import FSDP_WORKERS, RAY_BASE, RAY_TRAINER, VERL_0_6_1, VERL_0_9_0, VLLM_ROLLOUT, Patch
 
 PATCH_NAME = "cpu"
@@ -103,10 +103,6 @@ def _patch_device(mod) -> None:
     mod.get_nccl_backend = lambda: "gloo"
 
 
-# What a CPU worker reserves on its node instead of a device: one of the node's worker slots.
-WORKER_SLOT = "NPU"
-
-
 @PATCH.wrap(RAY_BASE, "RayResourcePool.get_placement_groups", releases=V061)
 def _patch_resource_pool(original):
     def get_placement_groups(self, strategy="STRICT_PACK", name=None, device_name="cuda"):
@@ -116,26 +112,6 @@ def _patch_resource_pool(original):
         )
 
     return get_placement_groups
-
-
-def cpu_fsdp_class(base_fsdp: Any) -> Any:
-    """torch's FSDP1 class (as a verl module imports it) without the accelerator-only arguments."""
-
-    class CPUFSDP(base_fsdp):
-        def __init__(self, module, *args, **kwargs):
-            import torch  # lazy: torch
-
-            # An explicit CPU device: without one FSDP looks for an accelerator.
-            kwargs["device_id"] = torch.device("cpu")
-            # Every rank loads the same weights from disk (no meta-device init on
-            # CPU), so there is nothing to broadcast.
-            kwargs["sync_module_states"] = False
-            # Parameters already live in host memory; CPU offload would only pin them.
-            kwargs["cpu_offload"] = None
-            super().__init__(module, *args, **kwargs)
-
-    CPUFSDP.__name__ = CPUFSDP.__qualname__ = "FullyShardedDataParallel"
-    return CPUFSDP
 
 
 @PATCH.applies_to(FSDP_WORKERS, releases=V061)

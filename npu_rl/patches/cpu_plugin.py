@@ -30,6 +30,7 @@ from contextlib import contextmanager
 from typing import Any
 
 from . import verl_platforms
+from .cpu_common import WORKER_SLOT, cpu_fsdp_class
 from .guard import VERL_0_9_0, Patch
 
 PLATFORM_MANAGER = "verl.plugin.platform.platform_manager"
@@ -40,9 +41,6 @@ VLLM_LAYER_UTILS = "vllm.model_executor.layers.utils"
 
 # The platform's name, for VERL_PLATFORM (and its device name: verl's trainer.device).
 PLATFORM = verl_platforms.CPU
-# What a CPU worker reserves on its node instead of a device: one of the worker slots every npu-rl node
-# registers for its --devices (npu_rl.cluster.raynode), as on the seeds' line.
-WORKER_SLOT = "NPU"
 # The KV cache of each vLLM server on CPU, in GiB (vllm/envs.py VLLM_CPU_KVCACHE_SPACE; unset is 4 GiB);
 # the tiny recipe's sequences need a few MB.
 KV_CACHE_GIB = "1"
@@ -230,8 +228,6 @@ def register(patch: Patch) -> None:
 
     @patch.applies_to(FSDP_ENGINE, also=(ENGINE_BASE,), releases=RELEASES)
     def _cpu_fsdp_engine(mod) -> None:
-        from .cpu_platform import cpu_fsdp_class  # lazy: the module imports this one
-
         mod.FSDP = cpu_fsdp_class(mod.FSDP)
         if mod.CPUOffloadPolicy is not None:
             mod.CPUOffloadPolicy = functools.partial(mod.CPUOffloadPolicy, pin_memory=False)

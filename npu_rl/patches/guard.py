@@ -22,6 +22,7 @@ from typing import Any
 from ..versions import VERL_0_6_1 as VERL_0_6_1
 from ..versions import VERL_0_9_0 as VERL_0_9_0
 from .hooks import when_imported
+from .registry import PATCHES
 
 # verl modules that several patches change or fingerprint.
 RAY_TRAINER = "verl.trainer.ppo.ray_trainer"
@@ -289,6 +290,4 @@ class Patch:
 
 def unsupported(names: Iterable[str], verl_version: str) -> list[str]:
     """The patches of ``names`` that have no fingerprints for ``verl_version`` (not ported to that release)."""
-    from . import PATCHES  # lazy: the registry imports this module
-
     return [n for n in names if verl_version not in importlib.import_module(PATCHES[n]).PATCH.supports]

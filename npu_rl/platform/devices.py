@@ -1,5 +1,5 @@
 """NPU device nodes: which ``/dev/davinciN`` exist and how a selection of them is
-exposed to the CANN runtime and to Ray."""
+exposed to the CANN runtime."""
 
 from __future__ import annotations
 
@@ -88,8 +88,3 @@ def visible_devices_env(selected: list[int], available: list[int]) -> dict[str, 
     if missing:
         raise UserError(f"/dev/davinci{missing[0]} is selected but not present")
     return {"ASCEND_RT_VISIBLE_DEVICES": ",".join(str(order[d]) for d in selected)}
-
-
-def ray_resources(selected: list[int]) -> dict[str, float]:
-    """Explicit ``--resources`` for ``ray start``, since Ray's NPU autodetection undercounts."""
-    return {"NPU": float(len(selected))}

@@ -17,7 +17,6 @@ _NAME_ROW = re.compile(r"(\d+)\s+(\S.*)")
 _CHIP_ROW = re.compile(r"(\d+)(?:\s+(\d+))?")
 _BUS_ID = re.compile(r"[0-9A-Fa-f]{4}:[0-9A-Fa-f]{2}:[0-9A-Fa-f]{2}\.\d")
 _USAGE = re.compile(r"(\d+)\s*/\s*(\d+)")
-_VERSION = re.compile(r"npu-smi\s+(\S+)")
 
 
 @dataclass(frozen=True)
@@ -70,11 +69,6 @@ def parse_info(text: str) -> list[NpuChip]:
         m = _NAME_ROW.fullmatch(head)
         pending = (int(m.group(1)), m.group(2).strip(), second) if m else None
     return chips
-
-
-def smi_version(text: str) -> str | None:
-    m = _VERSION.search(text)
-    return m.group(1) if m else None
 
 
 def query(timeout: float = 30.0) -> str | None:

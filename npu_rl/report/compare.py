@@ -257,9 +257,10 @@ def _reward_check(base: Side, run: Side, t: Thresholds) -> Check:
     if not in_base:
         return Check(what, "-", "-", "-", tol, None, "BASE logged none of these steps")
     common = sorted(set(in_base) & set(in_run))
-    b = _window_mean(bs, in_base)
     if not common:
-        return Check(what, f"{b:.3f}", "-", "-", tol, False, "RUN logged none of the steps BASE has there")
+        b = _window_mean(bs, in_base)  # None: BASE logged only NaN/inf there
+        shown = "-" if b is None else f"{b:.3f}"
+        return Check(what, shown, "-", "-", tol, False, "RUN logged none of the steps BASE has there")
     b, r = _window_mean(bs, common), _window_mean(rs, common)
     if b is None or r is None:  # only NaN/inf logged at those steps
         return _missing(what, b, r, "", tol)

@@ -4,15 +4,16 @@ from __future__ import annotations
 
 import json
 import shlex
+import socket
 import time
 
 import pytest
 
 from npu_rl.cli import main
-from npu_rl.cluster import network
+from npu_rl.cluster import network, rayports
 from npu_rl.cluster.membership import Expectation, Node, shortfall
 from npu_rl.cluster.placement import detect
-from npu_rl.cluster.probe import Address, Deadline, backoff, port_open, wait_for_port
+from npu_rl.cluster.probe import Address, Deadline, backoff, free_port, port_open, wait_for_port
 from npu_rl.cluster.raynode import NodeSpec, head_argv, kuberay_argv, worker_argv
 from npu_rl.errors import UserError
 
@@ -82,13 +83,20 @@ def test_malformed_rank_names_the_variable():
 # --- network -------------------------------------------------------------------------------------------------
 
 
-def test_route_to_loopback_selects_lo():
-    iface = network.select_interface("127.0.0.1")
-    assert iface == network.Interface("lo", "127.0.0.1")
+def test_the_interface_follows_the_route_to_the_head_and_says_so():
+    iface = network.select_interface("127.0.0.1", environ={})
+    assert (iface.name, iface.ip) == ("lo", "127.0.0.1")
+    assert "route to the head 127.0.0.1" in iface.why and "no --ifname" in iface.why
 
 
-def test_given_interface_wins_and_unknown_one_is_an_error():
-    assert network.select_interface("127.0.0.1", ifname="lo").ip == "127.0.0.1"
+def test_an_interface_named_by_flag_or_socket_variable_wins_over_the_route_and_an_unknown_flag_is_refused():
+    assert "--ifname" in network.select_interface("127.0.0.1", ifname="lo").why
+    named = network.select_interface("10.255.255.1", environ={"HCCL_SOCKET_IFNAME": "lo"})
+    assert named.name == "lo" and "HCCL_SOCKET_IFNAME=lo" in named.why
+    # A prefix, a list or an exclusion (HCCL and Gloo take them) names no interface of this host: the route decides.
+    for value in ("nope0", "^docker", "lo,eth0"):
+        routed = network.select_interface("127.0.0.1", environ={"GLOO_SOCKET_IFNAME": value})
+        assert routed.name == "lo" and "route to the head" in routed.why, value
     with pytest.raises(UserError, match="'nope0' not found"):
         network.select_interface(ifname="nope0")
 
@@ -128,8 +136,17 @@ def test_backoff_grows_to_its_cap():
     assert [next(delays) for _ in range(5)] == [0.5, 1.0, 2.0, 3, 3]
 
 
+def test_a_free_port_comes_from_below_the_ephemeral_range_and_binds():
+    first, last = rayports.default_range()
+    ports = {free_port() for _ in range(5)}
+    assert all(first <= p <= last for p in ports), ports
+    for port in ports:
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", port))
+
+
 def test_wait_for_port_gives_up_at_the_deadline():
-    with __import__("socket").socket() as s:
+    with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         closed = Address("127.0.0.1", s.getsockname()[1])  # bound, not listening: connections are refused
         messages: list[str] = []

@@ -1,5 +1,5 @@
 """The pieces of fault handling that need no cluster: the watchdog's allowance, what a stack dump
-names, what the cross-node preflight compares, how a departure and the interface choice read."""
+names, what the cross-node preflight compares, how a departure reads."""
 
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ import psutil
 import pytest
 from test_ray_cluster import wait_until
 
-from npu_rl.cluster import crossnode, network, stacks
+from npu_rl.cluster import crossnode, stacks
 from npu_rl.cluster.nodewatch import Departure
 from npu_rl.launcher.watchdog import StepClock, Watchdog
 from npu_rl.recipe.schema import WatchdogSpec
@@ -152,22 +152,6 @@ def test_a_departure_reads_as_one_line():
     d = Departure("10.0.0.2", "f" * 56, 3, "Ray: health check failed")
     assert d.line() == f"node 10.0.0.2 ({'f' * 56}) left the cluster at step 3; Ray: health check failed"
     assert "before the first step" in Departure("10.0.0.2", "x", None, "gone").line()
-
-
-def test_the_interface_follows_the_route_to_the_head_and_says_so():
-    iface = network.select_interface("127.0.0.1", environ={})
-    assert (iface.name, iface.ip) == ("lo", "127.0.0.1")
-    assert "route to the head 127.0.0.1" in iface.why and "no --ifname" in iface.why
-
-
-def test_an_interface_named_by_flag_or_socket_variable_wins_over_the_route():
-    assert "--ifname" in network.select_interface("127.0.0.1", ifname="lo").why
-    named = network.select_interface("10.255.255.1", environ={"HCCL_SOCKET_IFNAME": "lo"})
-    assert named.name == "lo" and "HCCL_SOCKET_IFNAME=lo" in named.why
-    # A prefix, a list or an exclusion (HCCL and Gloo take them) names no interface of this host: the route decides.
-    for value in ("nope0", "^docker", "lo,eth0"):
-        routed = network.select_interface("127.0.0.1", environ={"GLOO_SOCKET_IFNAME": value})
-        assert routed.name == "lo" and "route to the head" in routed.why, value
 
 
 def test_a_step_that_validates_or_saves_gets_the_checkpoint_allowance():

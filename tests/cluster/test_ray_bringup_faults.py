@@ -1,4 +1,4 @@
-"""`npu-rl ray head|worker` when Ray under them dies (issue: a cluster that ends when its own Ray dies).
+"""`npu-rl ray head|worker` end, with one error line, when the Ray under them dies.
 A port that another process holds kills a raylet at start, and `ray start` would wait 30 s more before it
 fails, while `ray.init` waits for a dead GCS for minutes: each command must end with RAY_FAILED within
 30 s, one `npu-rl: error:` line naming the daemon, the port and the option that set it. A raylet that

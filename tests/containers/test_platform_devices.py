@@ -66,7 +66,3 @@ def test_visible_devices_are_positions_among_the_available_ones():
     assert devices.visible_devices_env([2, 6], list(range(8))) == {"ASCEND_RT_VISIBLE_DEVICES": "2,6"}
     with pytest.raises(UserError, match="davinci9"):
         devices.visible_devices_env([9], [0, 1])
-
-
-def test_ray_resources_count_the_selection():
-    assert devices.ray_resources(list(range(16))) == {"NPU": 16.0}

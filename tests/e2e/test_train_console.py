@@ -1,7 +1,7 @@
-"""`npu-rl train` as a person sees it (issue: a run a person can follow): the tiny recipe under a
-pseudo-terminal shows one live progress line and the events, and keeps the raw stream in console.log;
-a run that fails for real (a reward function that raises; a data file gone after the preflight) still
-ends with its one `npu-rl: error:` line naming the cause and console.log, and no traceback on screen.
+"""`npu-rl train` as a person sees it on a terminal: the tiny recipe under a pseudo-terminal shows one live
+progress line and the events, and keeps the raw stream in console.log; a run that fails for real (a reward
+function that raises; a data file gone after the preflight) still ends with its one `npu-rl: error:` line
+naming the cause and console.log, and no traceback on screen.
 The run without a terminal is the smoke test's (tests/smoke)."""
 
 from __future__ import annotations

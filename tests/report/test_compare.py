@@ -111,6 +111,18 @@ def test_reward_is_compared_over_its_window_only(tmp_path, capsys):
     assert code == 0, cap.out
 
 
+def test_a_base_with_only_nan_rewards_shows_none_and_a_run_without_rewards_fails(tmp_path, capsys):
+    base = _metrics()
+    base["critic/score/mean"] = {s: float("nan") for s in base["critic/score/mean"]}
+    run = _metrics()
+    del run["critic/score/mean"]
+    code, cap = _compare(tmp_path, capsys, base, run, "--learning")
+    assert code == 1
+    reward = json.loads((tmp_path / "cmp" / "compare.json").read_text())["checks"][0]
+    assert (reward["base"], reward["run"], reward["verdict"]) == ("-", "-", "FAIL")
+    assert reward["detail"] == "RUN logged none of the steps BASE has there"
+
+
 def test_a_metric_run_stopped_logging_fails(tmp_path, capsys):
     run = _metrics()
     del run["perf/max_memory_allocated_gb"]

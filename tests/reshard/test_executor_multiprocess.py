@@ -6,17 +6,17 @@ Megatron's default) or not at all (ETP 1, the Qwen3-235B recipe's)."""
 from __future__ import annotations
 
 import torch
-
-from npu_rl.reshard import InferLayout, ModelShapes, TrainLayout, model_params, plan_reshard
-from npu_rl.reshard.baseline import allgather_reshard, make_groups
-from npu_rl.reshard.executor import execute
-from npu_rl.reshard.harness import (
+from reshard_harness import (
     blank_infer_shards,
     expected_infer_shards,
     full_weights,
     run_ranks,
     train_shards,
 )
+
+from npu_rl.reshard import InferLayout, ModelShapes, TrainLayout, model_params, plan_reshard
+from npu_rl.reshard.baseline import allgather_reshard, make_groups
+from npu_rl.reshard.executor import execute
 from npu_rl.reshard.report import min_recv_bytes
 
 MODEL = ModelShapes.tiny()
@@ -100,8 +100,9 @@ def test_reshard_qwen3_moe_with_whole_or_split_experts_bit_exact():
 def _stream_on_rank(rank: int, world: int, train: TrainLayout, infer: InferLayout):
     """ReshardRequest.stream as verl 0.9's sync consumes it (every rollout parameter yielded once, whole and exact
     under vLLM 0.23's names), and the executor's stream under it holding only the parameters in flight."""
+    from reshard_harness import VLLM_0_23_FUSED, vllm_named
+
     from npu_rl.reshard.executor import execute_stream
-    from npu_rl.reshard.harness import VLLM_0_23_FUSED, vllm_named
     from npu_rl.reshard.verl_sync import ReshardRequest, cached_plan
 
     plan = cached_plan(MODEL, train, infer, BUCKET)

@@ -9,11 +9,11 @@ import types
 
 import pytest
 import torch
+from reshard_harness import SYNC_CASES, full_weights, hf_config, megatron_named, run_ranks, vllm_named
 
 from npu_rl.patches import reshard as patch
 from npu_rl.patches.guard import PatchVersionError, changed_fingerprints, module_file
 from npu_rl.reshard import ReshardLayoutError, TrainLayout
-from npu_rl.reshard.harness import SYNC_CASES, full_weights, hf_config, megatron_named, run_ranks, vllm_named
 from npu_rl.reshard.verl_sync import cached_plan, inference_targets, megatron_shards
 
 

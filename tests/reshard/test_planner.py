@@ -7,6 +7,7 @@ import pytest
 import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from reshard_harness import blank_infer_shards, expected_infer_shards, full_weights, train_shards
 
 from npu_rl.errors import UserError
 from npu_rl.reshard import (
@@ -18,7 +19,6 @@ from npu_rl.reshard import (
     model_params,
     plan_reshard,
 )
-from npu_rl.reshard.harness import blank_infer_shards, expected_infer_shards, full_weights, train_shards
 from npu_rl.reshard.planner import wire_bytes
 from npu_rl.reshard.shards import as_shard
 

@@ -32,9 +32,7 @@ import traceback
 import types
 
 import torch
-
-from npu_rl.reshard import InferLayout, ModelShapes, TrainLayout
-from npu_rl.reshard.harness import (
+from reshard_harness import (
     SYNC_CASES,
     VLLM_0_23_FUSED,
     full_weights,
@@ -43,6 +41,8 @@ from npu_rl.reshard.harness import (
     run_ranks,
     vllm_named,
 )
+
+from npu_rl.reshard import InferLayout, ModelShapes, TrainLayout
 from npu_rl.reshard.verl_sync import cached_plan
 
 # Per case: the model, the training layout (Megatron's), the rollout's and the pipeline split verl's

@@ -1,6 +1,9 @@
 """Run a function on N local CPU processes joined by a gloo process group, and build the
-seeded full weights and per-rank shards the tests and the benchmark compare against, and the same
-shards under the names Megatron-core and vLLM give them (stand-ins of the two models' parameters)."""
+seeded full weights and per-rank shards the tests and benchmarks/reshard_bench.py compare against, and the same
+shards under the names Megatron-core and vLLM give them (stand-ins of the two models' parameters).
+
+Imported as ``reshard_harness``: pytest puts this folder on sys.path, and so does Python for
+verl09_sync.py (run as a script by the line's environment) and the benchmark for itself."""
 
 from __future__ import annotations
 
@@ -13,13 +16,13 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
-from ..cluster.probe import free_port
-from .executor import _DTYPES
-from .layout import InferLayout, TrainLayout
-from .params import ModelShapes
-from .planner import Plan
-from .shards import extract
-from .verl_sync import ROW_FUSED, fused_name
+from npu_rl.cluster.probe import free_port
+from npu_rl.reshard.executor import _DTYPES
+from npu_rl.reshard.layout import InferLayout, TrainLayout
+from npu_rl.reshard.params import ModelShapes
+from npu_rl.reshard.planner import Plan
+from npu_rl.reshard.shards import extract
+from npu_rl.reshard.verl_sync import _MCORE_LAYER, _MCORE_QWEN3_LAYER, _MCORE_TOP, ROW_FUSED, fused_name
 
 
 def _entry(rank: int, world: int, port: int, fn, args, queue, timeout_s: float) -> None:
@@ -115,8 +118,6 @@ def megatron_named(
     stage's first layer), one parameter per local expert, Qwen3's q, k and v in one ``linear_qkv`` interleaved
     per key/value group, the router's expert bias among them (a buffer: the caller keeps it out of
     ``named_parameters``)."""
-    from .verl_sync import _MCORE_LAYER, _MCORE_QWEN3_LAYER, _MCORE_TOP
-
     qwen3 = shapes.arch == "qwen3_moe"
     top = {v: k for k, v in _MCORE_TOP.items()}
     # One Megatron name per canonical one: TE's fused input norm for Qwen3, Megatron's own pre-MLP norm.
