@@ -9,6 +9,11 @@ from typing import Any
 # registers for its --devices (npu_rl.cluster.raynode).
 WORKER_SLOT = "NPU"
 
+# The KV cache of each vLLM engine on CPU, in GiB (VLLM_CPU_KVCACHE_SPACE; 0 means 4 GiB, vLLM 0.9.1
+# vllm/platforms/cpu.py:130-140). The tiny recipe's 64 sequences of 224 tokens need a few MB; two
+# engines of 4 GiB each would take a third of a 24 GiB host.
+KV_CACHE_GIB = "1"
+
 
 def cpu_fsdp_class(base_fsdp: Any) -> Any:
     """torch's FSDP1 class (as a verl module imports it) without the accelerator-only arguments."""

@@ -25,10 +25,12 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import importlib.util
 import os
+from typing import Any
 
 from . import cpu_plugin
-from .cpu_common import WORKER_SLOT, cpu_fsdp_class
+from .cpu_common import KV_CACHE_GIB, WORKER_SLOT, cpu_fsdp_class
 from .guard import FSDP_WORKERS, RAY_BASE, RAY_TRAINER, VERL_0_6_1, VERL_0_9_0, VLLM_ROLLOUT, Patch
 
 PATCH_NAME = "cpu"
@@ -204,30 +206,47 @@ def _patch_rollout_registry(mod) -> None:
     mod._ROLLOUT_REGISTRY[("hf", "sync")] = "npu_rl.patches.cpu_rollout.CPURollout"
 
 
-# The KV cache of each vLLM engine on CPU, in GiB (vllm/envs.py VLLM_CPU_KVCACHE_SPACE; 0 means 4 GiB,
-# vllm/platforms/cpu.py:130-140). The tiny recipe's 64 sequences of 224 tokens need a few MB; two
-# engines of 4 GiB each would take a third of a 24 GiB host.
-KV_CACHE_GIB = "1"
+def ipex_decodes() -> bool:
+    """Whether vLLM 0.9.1's CPU attention decodes with IPEX's kernel: wherever IPEX is installed (the
+    cpu-vllm image), vllm/attention/ops/ipex_attn.py:6-11 and :195 pick it."""
+    return importlib.util.find_spec("intel_extension_for_pytorch") is not None
+
+
+def engine_config(config: Any) -> Any:
+    """verl 0.6.1's RolloutConfig as vLLM 0.9.1's CPU engine can take it."""
+    # vLLM 0.9.1 refuses sleep mode on CpuPlatform: "Sleep mode is not supported on current platform"
+    # (vllm/config.py:519-523; is_sleep_mode_available() is CUDA's only, platforms/interface.py:171-172).
+    # verl passes enable_sleep_mode=config.free_cache_engine (vllm_rollout_spmd.py:231-233), and its
+    # resume() and release() wake and sleep the engine only when it is set (:450-471): off, the
+    # weights and KV cache stay where they are, in host memory.
+    if config.free_cache_engine:
+        config = dataclasses.replace(config, free_cache_engine=False)
+    # vLLM's V1 engine, the one the NPU recipes run (VLLM_USE_V1=1), takes bfloat16 and float16 only
+    # (vllm/engine/arg_utils.py:1341-1345); a float32 recipe falls back to V0, whose CPU worker refuses
+    # a second engine in one launcher ("The driver worker must have rank 0", worker/cpu_worker.py:150-151)
+    # and whose sampler reports log-probs after temperature (model_executor/layers/sampler.py:282-295),
+    # not before as V1's does (v1/sample/sampler.py:31-39) and the gate assumes.
+    # The engine samples in bfloat16, as on NPU; training keeps model.dtype.
+    if config.dtype == "float32":
+        config = dataclasses.replace(config, dtype="bfloat16")
+    # IPEX's decode attention takes the sequences that share their first KV block with the batch's first
+    # for the beams of one beam search, and needs the batch to be equal groups of them, each of one length
+    # (intel-extension-for-pytorch 2.7, csrc/cpu/aten/kernels/PagedAttentionKrnl.cpp: deduce_prompt,
+    # single_query_cached_kv_attention_vnni_v_kernel). vLLM's prefix cache (verl's default,
+    # rollout.enable_prefix_caching) hands a prompt's cached first block to each of its GRPO samples: a
+    # batch whose samples are out of that order raises "num seqs is not divisible by beam size" (a resumed
+    # run died so at step 4) or attends over the wrong lengths without a word
+    # (tests/containers/ipex_decode_probe.py). With the cache off no two sequences share a block. The
+    # preflight refuses a recipe that asks for the cache here (npu_rl.launcher.preflight).
+    if config.enable_prefix_caching and ipex_decodes():
+        config = dataclasses.replace(config, enable_prefix_caching=False)
+    return config
 
 
 @PATCH.wrap(VLLM_ROLLOUT, "vLLMRollout.__init__", name="_vllm_on_cpu", releases=V061)
 def _vllm_on_cpu(original):
     def __init__(self, config, model_config, device_mesh):
-        # vLLM 0.9.1 refuses sleep mode on CpuPlatform: "Sleep mode is not supported on current platform"
-        # (vllm/config.py:519-523; is_sleep_mode_available() is CUDA's only, platforms/interface.py:171-172).
-        # verl passes enable_sleep_mode=config.free_cache_engine (vllm_rollout_spmd.py:231-233), and its
-        # resume() and release() wake and sleep the engine only when it is set (:450-471): off, the
-        # weights and KV cache stay where they are, in host memory.
-        if config.free_cache_engine:
-            config = dataclasses.replace(config, free_cache_engine=False)
-        # vLLM's V1 engine, the one the NPU recipes run (VLLM_USE_V1=1), takes bfloat16 and float16 only
-        # (vllm/engine/arg_utils.py:1341-1345); a float32 recipe falls back to V0, whose CPU worker refuses
-        # a second engine in one launcher ("The driver worker must have rank 0", worker/cpu_worker.py:150-151)
-        # and whose sampler reports log-probs after temperature (model_executor/layers/sampler.py:282-295),
-        # not before as V1's does (v1/sample/sampler.py:31-39) and the gate assumes.
-        # The engine samples in bfloat16, as on NPU; training keeps model.dtype.
-        if config.dtype == "float32":
-            config = dataclasses.replace(config, dtype="bfloat16")
+        config = engine_config(config)
         os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", KV_CACHE_GIB)
         # vLLM's default, "auto", pins each engine's OpenMP threads to one NUMA node's cores and moves its
         # memory there (init_cpu_threads_env: numa_migrate_pages), which a container without CAP_SYS_NICE

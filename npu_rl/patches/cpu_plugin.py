@@ -30,7 +30,7 @@ from contextlib import contextmanager
 from typing import Any
 
 from . import verl_platforms
-from .cpu_common import WORKER_SLOT, cpu_fsdp_class
+from .cpu_common import KV_CACHE_GIB, WORKER_SLOT, cpu_fsdp_class
 from .guard import VERL_0_9_0, Patch
 
 PLATFORM_MANAGER = "verl.plugin.platform.platform_manager"
@@ -41,9 +41,6 @@ VLLM_LAYER_UTILS = "vllm.model_executor.layers.utils"
 
 # The platform's name, for VERL_PLATFORM (and its device name: verl's trainer.device).
 PLATFORM = verl_platforms.CPU
-# The KV cache of each vLLM server on CPU, in GiB (vllm/envs.py VLLM_CPU_KVCACHE_SPACE; unset is 4 GiB);
-# the tiny recipe's sequences need a few MB.
-KV_CACHE_GIB = "1"
 
 # Source fingerprints at verl 0.9.0 (and the line's vLLM 0.23.0), checked as each module is imported.
 FINGERPRINTS = {

@@ -2,10 +2,13 @@
 cpu-vllm image (`make image-cpu-vllm`), through the compose service users run (`cpu-vllm-demo`).
 
 One workspace, each run through docker-compose against the image:
+- IPEX's decode kernel, which vLLM's CPU attention calls, on the block tables a prefix cache makes: the cause of
+  a resumed run's crash, which the CPU platform's setting (prefix caching off) avoids;
 - the demo, short: a head-size-32 tiny model, GRPO through the launcher with the vLLM engine in each of the
   two FSDP workers (weights synced into it every step), the consistency gate at step 1 on vLLM's own
-  log-probs, a checkpoint, merge, eval and the report (a resume into new engines, the gate passing again, runs
-  on the 2-node cluster: tests/cluster/test_multinode_vllm.py);
+  log-probs, a checkpoint, merge, eval and the report; then its run resumed twice on one node, 2 -> 4 -> 8
+  steps, each time into new engines with the gate passing again at the run's first step (the 2-node resume:
+  tests/cluster/test_multinode_vllm.py);
 - the gate's drills (every weight sync into vLLM lands with noise, or loads nothing): each run stops at its
   first step, before the optimizer step, with exit INCONSISTENT;
 - the old_log_prob skip against the recomputed pass, one step each on vLLM's rollouts: the same rollouts,
@@ -34,7 +37,9 @@ from npu_rl.report.scalars import load_run
 
 REPO = Path(__file__).resolve().parents[2]
 SERVICE = "cpu-vllm-demo"
-STEPS = 4
+# The demo's steps, then the totals its run is resumed to (each run's first step is gated).
+STEPS = 2
+RESUMED_TO = (4, 8)
 # The demo's paths inside the container (compose's command: --workdir /workspace/demo-vllm).
 DEMO_DIR = "demo-vllm"
 TRAIN = ["npu-rl", "train", "--recipe", "tiny_math_cpu", "--set", "rollout.name=vllm"]
@@ -132,6 +137,39 @@ def test_the_vllm_rollout_trains_and_its_broken_sync_is_stopped(demo, capsys):
             f"drill {demo.measured['gap_drill']:.3f}; correlation: drill {demo.measured['corr_drill']:.3f}, "
             f"skipped sync {demo.measured['corr_drill_skipped']:.3f} (gap {demo.measured['gap_drill_skipped']:.4f})"
         )
+
+
+def test_ipex_decode_needs_sequences_that_share_no_block(demo):
+    """The cause of a resumed vLLM run's crash ("num seqs is not divisible by beam size"), and the condition
+    npu-rl's CPU platform keeps (prefix caching off): run in the image, through vLLM's own decode call."""
+    probe = demo.ws / "ipex_decode_probe.py"
+    probe.write_text((Path(__file__).parent / "ipex_decode_probe.py").read_text())
+    run = demo.compose("run", "--rm", "--entrypoint", "python", SERVICE, f"/workspace/{probe.name}", timeout=300)
+    assert run.returncode == 0, (run.stdout + run.stderr)[-3000:]
+    found = json.loads(run.stdout.strip().splitlines()[-1])
+    assert found["ipex"] is True  # the kernel vLLM's CPU attention runs in the image
+    # Should IPEX stop taking shared blocks for beams, these fail: the setting can then go (cpu_platform).
+    assert "num seqs is not divisible by beam size" in found["shared_first_block_3_seqs"]["error"], found
+    assert found["shared_first_block_unequal_lengths"]["max_abs_diff"] > 0.1, found  # silently wrong
+    assert found["own_blocks"]["max_abs_diff"] < 0.02, found  # bfloat16's rounding only
+
+
+def test_the_demos_run_resumes_into_new_engines_twice(demo):
+    """2 steps (the demo's), then 4, then 8: each `npu-rl train` resumes from the newest checkpoint with new
+    vLLM engines, the weights synced into them before the first rollout, and trains on."""
+    done = STEPS
+    for total in RESUMED_TO:
+        code, log = demo.train({"algorithm.total_training_steps": total})
+        assert code == 0, log[-4000:]
+        assert f"resuming tiny_math_cpu from global_step_{done}" in log, log[-3000:]
+        assert shown_steps(log) == list(range(done + 1, total + 1)), log[-3000:]
+        assert f"npu-rl: consistency gate at step {done + 1}: rollout probs diff mean " in log, log[-3000:]
+        assert "Traceback" not in log and "npu-rl: error" not in log
+        gate = json.loads((demo.run_dir / "logs" / "npu_rl_demo" / "tiny_math_cpu" / "consistency.json").read_text())
+        assert [(v["step"], v["ok"]) for v in gate["steps"]] == [(done + 1, True)], gate
+        done = total
+    ckpts = demo.run_dir / "checkpoints" / "npu_rl_demo" / "tiny_math_cpu"
+    assert sorted(int(d.name.rsplit("_", 1)[1]) for d in ckpts.glob("global_step_*"))[-1] == RESUMED_TO[-1]
 
 
 ACTOR_TAGS = ("actor/pg_loss", "actor/kl_loss", "actor/pg_clipfrac", "actor/grad_norm", "actor/entropy")
