@@ -42,9 +42,14 @@ def register(sub: argparse._SubParsersAction) -> None:
 def run(args: argparse.Namespace) -> int:
     recipe = options.load(args)
     if args.dry_run:
+        from ..launcher.preflight import check_graphs  # lazy: the job
         from ..launcher.spec import build_launch  # lazy: the job
 
-        print(build_launch(recipe).dry_run_text())
+        spec = build_launch(recipe)
+        # The recipe's own checks that need no host: a rollout whose largest decode batches would silently
+        # run eager is refused here too, not only minutes into the run.
+        check_graphs(recipe)
+        print(spec.dry_run_text())
         return 0
     if args.prepare:
         from ..launcher.prepare import prepare  # lazy: the job

@@ -1,11 +1,13 @@
 """Preflight: what must hold before Ray or verl start (one clear line on failure).
 
 The host's checks (verl, torch_npu, CANN, driver, devices, HBM, shm) are npu_rl.platform.doctor's;
-a job's own checks (disk, model, data, checkpoints, ports) and which of them each job runs are here.
+a job's own checks (disk, model, data, checkpoints, ports, the rollout's graph capture by
+npu_rl.platform.aclgraph) and which of them each job runs are here.
 ``run_checks`` returns one result per check, the host's first, for `npu-rl doctor`'s table;
 ``preflight`` is what jobs call before starting Ray: it raises ``UserError`` with the first
 failure's one-line fix. ``check_launch`` is a training launch's whole preflight: the model, the
-data's columns and rows, the reward file, the table's checks and verl's composed config.
+data's columns and rows, the reward file, the table's checks and verl's composed config;
+``check_graphs`` the graph check alone, for `npu-rl train --dry-run`.
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ from ..cluster.probe import port_free
 from ..errors import UserError
 from ..model.fetch import check_model_dir
 from ..patches.guard import unsupported
+from ..platform import aclgraph
 from ..platform.doctor import CheckResult, Context, GiB, Host, fail, gib, ok, run_host_checks
 from ..recipe.schema import Recipe
 from .overrides import reward_function_path
@@ -156,6 +159,24 @@ def check_rollout_model(ctx: JobContext) -> CheckResult:
     return ok("rollout model", f"head size {head}")
 
 
+def check_rollout_graphs(ctx: JobContext) -> CheckResult:
+    """The rollout's largest decode batches get a captured ACL graph on the line's vllm-ascend, or the recipe
+    runs them eager by choice (npu_rl.platform.aclgraph): a fail is a rollout that would silently decode
+    several times slower; a warn, eager or sizes the recipe chose, or the engine's own cap."""
+    verdict = aclgraph.check(ctx.recipe)
+    return CheckResult(aclgraph.NAME, verdict.status, verdict.detail, verdict.fix)
+
+
+def check_graphs(recipe: Recipe, warn: Callable[[str], None] | None = None) -> None:
+    """:func:`check_rollout_graphs` where no host is checked (`npu-rl train --dry-run`, the rehearsal):
+    ``UserError`` on a fail, the warning to ``warn``."""
+    result = check_rollout_graphs(JobContext(recipe, "train", Host()))
+    if result.status == "fail":
+        raise UserError(f"{result.name}: {result.detail}; fix: {result.fix}")
+    if result.status == "warn":
+        (warn or _warn)(f"{result.name}: {result.detail}" + (f"; fix: {result.fix}" if result.fix else ""))
+
+
 def check_data_present(ctx: JobContext) -> CheckResult:
     """The job's data files exist (what is in them: :func:`check_data`, at launch)."""
     files = list(ctx.recipe.data.val_files)
@@ -202,10 +223,12 @@ def check_ports(ctx: JobContext) -> CheckResult:
 JobCheck = Callable[[JobContext], CheckResult]
 # Which of its own checks a job runs, after the host's (npu_rl.platform.doctor.HOST_CHECKS).
 JOB_CHECKS: dict[str, list[JobCheck]] = {
-    "train": [check_model, check_rollout_model, check_data_present, check_disk, check_ports],
+    "train": [check_model, check_rollout_model, check_rollout_graphs, check_data_present, check_disk, check_ports],
     "eval": [check_model, check_data_present],
     "merge": [check_checkpoints, check_disk],
 }
+# Skipped for platform cpu, where nothing is captured (as npu_rl.platform.doctor.NPU_ONLY for the host's).
+NPU_ONLY_JOB_CHECKS = {check_rollout_graphs}
 
 
 def run_checks(
@@ -220,7 +243,11 @@ def run_checks(
     if for_job not in JOB_CHECKS:
         raise ValueError(f"unknown job {for_job!r} (expected one of {', '.join(JOBS)})")
     ctx = JobContext(recipe, for_job, host or Host(), tuple(ports))
-    return run_host_checks(ctx) + [check(ctx) for check in JOB_CHECKS[for_job] if check not in checked]
+    return run_host_checks(ctx) + [
+        check(ctx)
+        for check in JOB_CHECKS[for_job]
+        if check not in checked and (ctx.npu or check not in NPU_ONLY_JOB_CHECKS)
+    ]
 
 
 def _warn(message: str) -> None:
@@ -267,10 +294,12 @@ def check_launch(spec, recipe: Recipe, ports=(), host: bool = True) -> None:
     ``host=False`` (the rehearsal) leaves out this host's platform checks (NPU driver,
     CANN, torch_npu, devices, ports), which only the machine that trains can pass."""
     check_patches(spec.patches, recipe)
+    check_graphs(recipe)
     check_model_dir(run_files.model_dir(recipe))
     check_data(recipe)
     check_reward(recipe)
     if host:
-        # The model and the data files are checked above, the data more closely than the table's row.
-        preflight(recipe, for_job="train", ports=ports, checked=(check_model, check_data_present))
+        # The model and the data files are checked above, the data more closely than the table's row; the
+        # rollout's graphs too (a recipe check, made with or without the host's).
+        preflight(recipe, for_job="train", ports=ports, checked=(check_model, check_data_present, check_rollout_graphs))
     check_argv(spec.argv)

@@ -128,7 +128,7 @@ def build_report(
     out.mkdir(parents=True, exist_ok=True)
     report = Report(run_dir=run_dir, out_dir=out, findings=findings, notes=notes(ctx), dashboards=running(run_dir))
     report.plots = plot_run(series, findings, t, out / "plots")
-    report.throughput = throughput_card(series, recipe, t.throughput.warmup_steps)
+    report.throughput = throughput_card(series, recipe, t.throughput.warmup_steps, run_dir=run_dir)
     if report.throughput is not None:
         report.plots += plot_throughput(report.throughput, out / "plots")
 

@@ -8,9 +8,13 @@ import math
 import statistics
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
+from ..platform import aclgraph
 from . import references
+from .rollout_graphs import ROW as GRAPHS_ROW
+from .rollout_graphs import rollout_graphs
 from .scalars import Series
 
 # verl 0.6.1 compute_throughout_metrics (verl/trainer/ppo/metric_utils.py:269-302): perf/throughput =
@@ -238,8 +242,11 @@ def _seconds(at: dict[str, float]) -> dict[str, float]:
     return parts
 
 
-def throughput_card(series: dict[str, Series], recipe: Any = None, warmup_steps: int = 1) -> ThroughputCard | None:
-    """The card of a run, or None when it logged no step times (``timing_s/step``)."""
+def throughput_card(
+    series: dict[str, Series], recipe: Any = None, warmup_steps: int = 1, run_dir: Path | None = None
+) -> ThroughputCard | None:
+    """The card of a run, or None when it logged no step times (``timing_s/step``); ``run_dir``: where its
+    console logs are, which say whether the rollout decoded from ACL graphs or eager."""
     if STEP not in series:
         return None
     needed = [STEP, THROUGHPUT, TOTAL_TOKENS, PROMPT_MEAN, RESPONSE_MEAN, GEN, GENERATE, OLD_LOG_PROB, REF, *UPDATES]
@@ -303,11 +310,27 @@ def throughput_card(series: dict[str, Series], recipe: Any = None, warmup_steps:
         card.notes += _disagreements(series, [s.step for s in measured], cond)
     else:
         card.notes.append("no recipe: per-card figures, e2e_tps and the run's conditions need --recipe")
+    if run_dir is not None:
+        _graph_rows(card, Path(run_dir), recipe)
     if GENERATE not in series:
         card.notes.append(f"no {GENERATE}: generation includes the weight sync")
     if OLD_LOG_PROB not in series:
         card.notes.append(f"no {OLD_LOG_PROB}: the old_log_prob pass did not run (skipped)")
     return card
+
+
+def _graph_rows(card: ThroughputCard, run_dir: Path, recipe: Any) -> None:
+    """The rollout's graph or eager mode, where the run's console logs tell (npu_rl.report.rollout_graphs):
+    a decode several times slower in eager mode is a throughput condition like the batch."""
+    graphs = rollout_graphs(run_dir)
+    if graphs is None or graphs.kind is None:
+        return
+    card.logged.append((GRAPHS_ROW, graphs.text()))
+    seqs, query_len = None, 1
+    if recipe is not None and recipe.resources.platform != "cpu" and recipe.rollout.name == "vllm":
+        engine = aclgraph.engine_settings(recipe)
+        seqs, query_len = int(engine.max_num_seqs.value), engine.decode_query_len
+    card.notes += graphs.notes(seqs, query_len)
 
 
 def logged_devices(series: dict[str, Series], steps: list[int]) -> float | None:

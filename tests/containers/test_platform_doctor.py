@@ -49,6 +49,7 @@ def test_ready_a2_host_passes_every_train_check(fake_host, ready_workspace, npu_
         "shm",
         "model",
         "rollout model",
+        "rollout graphs",
         "data",
         "disk",
         "ports",
