@@ -1,13 +1,14 @@
 """Run inside the cpu-vllm image (tests/containers/test_vllm_rollout.py): vLLM 0.9.1's CPU decode attention,
 which is IPEX's paged-attention kernel there, on the block tables vLLM hands it.
 
-IPEX's decode kernel takes the sequences that share their first KV block with sequence 0 for the beams of one
-beam search: it requires the batch to be made of equal groups of that many sequences, each group of one
-context length (intel-extension-for-pytorch 2.7, csrc/cpu/aten/kernels/PagedAttentionKrnl.cpp,
-``deduce_prompt`` and ``single_query_cached_kv_attention_vnni_v_kernel``). vLLM's prefix cache gives the
-samples of one prompt its cached first block, so a GRPO batch breaks that assumption: one layout raises,
-another computes attention over the wrong lengths without a word. Sequences that share no block (the prefix
-cache off, as npu-rl's CPU platform sets it: npu_rl.patches.cpu_platform) decode exactly.
+IPEX's decode kernel can take the sequences that share their first KV block with sequence 0 for the beams of
+one beam search: it then requires the batch to be made of equal groups of that many sequences, each group of
+one context length (intel-extension-for-pytorch, csrc/cpu/aten/kernels/PagedAttentionKrnl.cpp,
+``deduce_prompt``). vLLM's prefix cache gives the samples of one prompt its cached first block, so a GRPO
+batch breaks that assumption: one layout raises "num seqs is not divisible by beam size", another computes
+attention over the wrong lengths without a word (measured here on IPEX 2.7.0: a largest difference of 18
+against plain attention). Sequences that share no block (the prefix cache off, as npu-rl's CPU platform sets
+it: npu_rl.patches.cpu_platform) decode exactly.
 
 Prints one JSON line: for each case, the error raised or the largest difference from plain attention.
 """
@@ -57,14 +58,24 @@ def decode(tables: list[list[int]], lengths: list[int], seed: int = 0) -> dict:
     return {"max_abs_diff": worst}
 
 
+def batch(shared: int, total: int, shared_len: int = 140) -> tuple[list[list[int]], list[int]]:
+    """``total`` decoding sequences of two blocks each, the first ``shared`` of them samples of one prompt
+    whose first block is cached (one length: started together), the others prompts of their own at other
+    lengths, as a GRPO batch is laid out when a long prompt's samples come first."""
+    tables = [[0, 1 + i] for i in range(shared)]
+    first = 1 + shared
+    tables += [[first + 2 * i, first + 2 * i + 1] for i in range(total - shared)]
+    return tables, [shared_len] * shared + [131 + (3 * i) % 100 for i in range(total - shared)]
+
+
 CASES = {
-    # Three samples decoding: two of one prompt share its cached first block, the third is another prompt's.
-    "shared_first_block_3_seqs": ([[0, 1], [0, 2], [3, 4]], [140, 140, 150]),
-    # Two samples of one prompt that share its first block, at different lengths (one started later, as a
-    # cache hit does, or the other's finished tokens were freed and the scheduler reordered the batch).
-    "shared_first_block_unequal_lengths": ([[0, 1], [0, 2]], [131, 170]),
-    # The same lengths, every sequence with blocks of its own: what the prefix cache off gives.
-    "own_blocks": ([[0, 1], [2, 3], [4, 5]], [140, 170, 150]),
+    # 13 sequences decoding, 4 of them one prompt's samples on its cached first block: IPEX raises.
+    "shared_first_block_13_seqs": batch(4, 13),
+    # The tiny recipe's 64 (8 prompts x 8 samples), the first 8 one prompt's samples: IPEX takes them for 8
+    # beams, and every group of 8 for one batch of one length, which the others are not: no error, wrong.
+    "shared_first_block_64_seqs": batch(8, 64),
+    # The same 64 with a block of their own each: what the prefix cache off gives.
+    "own_blocks_64_seqs": batch(0, 64),
 }
 
 if __name__ == "__main__":
