@@ -892,3 +892,21 @@ class Recipe(Strict):
                 f"(got {self.rollout.name!r})"
             )
         return self
+
+    @model_validator(mode="after")
+    def _no_prefix_cache_where_ipex_decodes(self) -> Recipe:
+        # IPEX's decode kernel takes sequences sharing a KV block for beams and raises or attends over the
+        # wrong lengths on a prefix-cached GRPO batch (tests/containers/ipex_decode_probe.py); the cpu patch
+        # turns verl's default off there, and a recipe asking for the cache is refused rather than overridden.
+        if (
+            self.resources.platform == "cpu"
+            and self.rollout.name == "vllm"
+            and self.rollout.enable_prefix_caching
+            and versions.get("cpu_vllm.ipex_decode", self.pins)
+        ):
+            raise ValueError(
+                "rollout.enable_prefix_caching true on CPU: vLLM's CPU attention decodes with IPEX on this stack "
+                "line, which mistakes a prompt's samples sharing its cached block for beams and decodes them "
+                "wrong; leave it unset (the cpu patch turns the cache off)"
+            )
+        return self

