@@ -101,9 +101,11 @@ test: $(STAMP)
 # skip saying so, and fail under CI=true. pytest's 5 (nothing selected) is no failure.
 RUNS := e2e or image or smoke
 test-all: $(STAMP)
-	@status=0; \
+	@status=0; t=$$(date +%s); \
 	$(BIN)/python -m pytest $(XDIST) -m "not ($(RUNS))" $(PYTEST_ARGS) || { r=$$?; [ $$r -eq 5 ] || status=$$r; }; \
+	echo "test-all: phase 1 (trains nothing, $(TEST_WORKERS) workers): $$(( $$(date +%s) - t )) s"; t=$$(date +%s); \
 	$(BIN)/python -m pytest -m "$(RUNS)" $(PYTEST_ARGS) || { r=$$?; [ $$r -eq 5 ] || status=$$r; }; \
+	echo "test-all: phase 2 (the runs, one at a time): $$(( $$(date +%s) - t )) s"; \
 	exit $$status
 
 render: $(STAMP)

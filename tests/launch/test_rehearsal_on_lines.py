@@ -85,7 +85,7 @@ def _rehearse(ws: Path, exe: Path, name: str) -> subprocess.CompletedProcess:
 # Rehearsed on the seeds' line and composed on this one (tests/test_stack_lines.py), not rehearsed here (each
 # rehearsal through verl 0.9 takes about two minutes here): the 4-card Qwen2.5 recipe differs from the 1-card
 # one only in its world size, which Qwen3-32B's 2 x 16 cards exceed; the tiny recipe trains on this line
-# through the same launch (tests/e2e/test_stack_line_train.py, tests/cluster/test_multinode_line.py).
+# through the same launch (tests/cluster/test_multinode_line.py).
 # The seeds' 1-card recipe on this line is the line's own qwen2_5_1_5b_math_a2_1card_verl09, which rehearses
 # in the line's image through its compose file (tests/containers/test_line_images.py). DeepSeek-R1 is the
 # seeds' A3 recipe: on this line the Qwen3-235B recipe takes the same path (megatron with expert parallel,
