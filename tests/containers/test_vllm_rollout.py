@@ -154,6 +154,32 @@ def test_ipex_decode_needs_sequences_that_share_no_block(demo):
     assert found["own_blocks_64_seqs"]["max_abs_diff"] < 0.02, found  # bfloat16's rounding only
 
 
+# The engine's variables as the cpu patch and the recipe give a run's (npu_rl.patches.cpu_platform).
+ENGINE_ENV = ("VLLM_USE_V1=1", "VLLM_CPU_KVCACHE_SPACE=1", "VLLM_CPU_OMP_THREADS_BIND=all")
+
+
+def test_the_engine_as_the_cpu_patch_builds_it_decodes_a_batch_sharing_a_prefix(demo):
+    """vLLM's V1 engine built from verl's rollout config as verl builds it, on two long prompts sampled 5 and 59
+    times: with verl's default (the prefix cache on) the engine dies in IPEX's decode, as the resumed run did;
+    through the cpu patch every prompt decodes as it does alone."""
+    probe = demo.ws / "vllm_prefix_probe.py"
+    probe.write_text((Path(__file__).parent / "vllm_prefix_probe.py").read_text())
+    model = f"/workspace/{DEMO_DIR}/models/tiny-qwen2-vllm"
+    found = {}
+    for mode in ("verl", "patched"):
+        env = [a for e in ENGINE_ENV for a in ("-e", e)]
+        run = demo.compose("run", "--rm", *env, "--entrypoint", "python", SERVICE, f"/workspace/{probe.name}",
+                           model, mode, timeout=600)  # fmt: skip
+        assert run.returncode == 0, (run.stdout + run.stderr)[-3000:]
+        found[mode] = json.loads(run.stdout.strip().splitlines()[-1])
+        found[mode]["log"] = run.stdout + run.stderr
+    verl, patched = found["verl"], found["patched"]
+    assert verl["enable_prefix_caching"] is True and "error" in verl, verl
+    assert "num seqs is not divisible by beam size" in verl["log"], verl["log"][-3000:]
+    assert patched["enable_prefix_caching"] is False and "error" not in patched, patched["log"][-3000:]
+    assert patched["differ"] == [], patched
+
+
 def test_the_demos_run_resumes_into_new_engines_twice(demo):
     """2 steps (the demo's), then 4, then 8: each `npu-rl train` resumes from the newest checkpoint with new
     vLLM engines, the weights synced into them before the first rollout, and trains on."""
