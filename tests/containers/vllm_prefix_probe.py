@@ -14,13 +14,19 @@ tokens differ from their own.
 from __future__ import annotations
 
 import json
+import os
 import sys
 
-from verl.workers.config.rollout import RolloutConfig
-from vllm import LLM, SamplingParams
-from vllm.inputs import TokensPrompt
+# verl's engine runs in its worker's process: verl builds it with the external launcher, which turns V1's
+# engine-core process off (vLLM 0.9.1 vllm/config.py:1896-1898). In one process the scheduler has every
+# request before its first step, so the batch is laid out the same each time.
+os.environ["VLLM_ENABLE_V1_MULTIPROCESSING"] = "0"
 
-from npu_rl.patches.cpu_platform import engine_config
+from verl.workers.config.rollout import RolloutConfig  # noqa: E402
+from vllm import LLM, SamplingParams  # noqa: E402
+from vllm.inputs import TokensPrompt  # noqa: E402
+
+from npu_rl.patches.cpu_platform import engine_config  # noqa: E402
 
 BLOCK = 128  # vLLM's CPU block size with IPEX (vllm/platforms/cpu.py:103-104)
 SAMPLES = 5  # the long prompt's samples: 64 sequences are no whole number of groups of 5
