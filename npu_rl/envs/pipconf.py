@@ -93,13 +93,18 @@ def uv_torch_args(lock: Path) -> list[str]:
     """uv's arguments for the same choice as :func:`torch_args`.
 
     uv reads no pip configuration (the Makefile runs it with ``UV_NO_CONFIG``), so a local
-    find-links folder that holds the wheel is named to it; else the CPU wheel index.
+    find-links folder that holds the wheel is named to it; else the CPU wheel index, searched beside PyPI.
     """
     version, index = lock_torch(lock)
     if not version or not index:
         return []
     wheel = local_wheel("torch", version.split("+")[0])
-    return ["--find-links", str(wheel.parent)] if wheel else ["--extra-index-url", index]
+    if wheel:
+        return ["--find-links", str(wheel.parent)]
+    # uv takes a package from the first index that lists it, and the torch index lists some of torch's own
+    # requirements (numpy, pillow, fsspec...) without the versions the lock pins: every pin is looked for in
+    # both, as pip does; --require-hashes keeps what is installed the lock's.
+    return ["--extra-index-url", index, "--index-strategy", "unsafe-best-match"]
 
 
 def pinned(lock: Path, name: str) -> str:

@@ -898,10 +898,14 @@ class Recipe(Strict):
         # IPEX's decode kernel takes sequences sharing a KV block for beams and raises or attends over the
         # wrong lengths on a prefix-cached GRPO batch (tests/containers/ipex_decode_probe.py); the cpu patch
         # turns verl's default off there, and a recipe asking for the cache is refused rather than overridden.
+        asked = self.rollout.enable_prefix_caching or any(
+            key.lstrip("+~").endswith("rollout.enable_prefix_caching") and str(value).lower() == "true"
+            for key, value in self.verl_overrides.items()
+        )
         if (
             self.resources.platform == "cpu"
             and self.rollout.name == "vllm"
-            and self.rollout.enable_prefix_caching
+            and asked
             and versions.get("cpu_vllm.ipex_decode", self.pins)
         ):
             raise ValueError(

@@ -48,7 +48,10 @@ def test_uv_finds_the_cpu_torch_wheel_where_pip_would(tmp_path):
         mp.setattr(pipconf, "find_links_dirs", lambda: [tmp_path / "wheels"])
         assert pipconf.uv_torch_args(lock) == ["--find-links", str(tmp_path / "wheels")]
         mp.setattr(pipconf, "find_links_dirs", lambda: [])
-        assert pipconf.uv_torch_args(lock) == ["--extra-index-url", "https://download.example/whl/cpu"]
+        args = pipconf.uv_torch_args(lock)
+        assert args[:2] == ["--extra-index-url", "https://download.example/whl/cpu"]
+        # Not uv's first-index default: the torch index's own numpy or pillow would hide the lock's pins.
+        assert args[2:] == ["--index-strategy", "unsafe-best-match"]
 
 
 def test_the_makefiles_uv_install_refuses_a_tampered_hash(tmp_path):

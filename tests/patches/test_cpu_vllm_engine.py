@@ -50,9 +50,14 @@ def test_each_lines_ipex_fact_is_its_locks(line):
     assert versions.get("cpu_vllm.ipex_decode", versions.load(stack=line)) == ("intel-extension-for-pytorch" in names)
 
 
+KEY = "actor_rollout_ref.rollout.enable_prefix_caching"
+
+
 def test_a_recipe_asking_for_the_prefix_cache_where_ipex_decodes_is_refused():
     sets = {"rollout.name": "vllm", "rollout.enable_prefix_caching": True}
     with pytest.raises(UserError, match="rollout.enable_prefix_caching true on CPU: .* IPEX"):
         load_recipe("tiny_math_cpu", sets)
+    with pytest.raises(UserError, match="rollout.enable_prefix_caching true on CPU"):
+        load_recipe("tiny_math_cpu", {"rollout.name": "vllm", "verl_overrides": {KEY: True}})
     other = next(line for line in versions.line_names() if line != versions.default_line())
     assert load_recipe("tiny_math_cpu", {**sets, "stack": other}).rollout.enable_prefix_caching
