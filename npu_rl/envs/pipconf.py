@@ -76,24 +76,12 @@ def lock_torch(lock: Path) -> tuple[str | None, str | None]:
     return version, index
 
 
-def torch_args(lock: Path) -> list[str]:
-    """pip arguments that let ``pip install -r lock`` find its CPU torch wheel.
-
-    Nothing when this machine's pip already has the wheel in a find-links folder (the index
-    would only be asked, and here it cannot be reached); else the CPU wheel index.
-    """
-    version, index = lock_torch(lock)
-    if not version or not index:
-        return []
-    base = version.split("+")[0]
-    return [] if local_wheel("torch", base) else ["--extra-index-url", index]
-
-
 def uv_torch_args(lock: Path) -> list[str]:
-    """uv's arguments for the same choice as :func:`torch_args`.
+    """uv's arguments that let ``uv pip install -r lock`` find its CPU torch wheel.
 
-    uv reads no pip configuration (the Makefile runs it with ``UV_NO_CONFIG``), so a local
-    find-links folder that holds the wheel is named to it; else the CPU wheel index, searched beside PyPI.
+    uv reads no pip configuration (the Makefile runs it with ``UV_NO_CONFIG``), so a local find-links
+    folder of this machine's pip that holds the wheel is named to it (the index would only be asked, and
+    may not be reachable); else the CPU wheel index, searched beside PyPI.
     """
     version, index = lock_torch(lock)
     if not version or not index:
@@ -123,14 +111,13 @@ def pinned(lock: Path, name: str) -> str:
     raise SystemExit(f"npu-rl: error: {lock} pins no {name}; fix: make lock")
 
 
-USAGE = "usage: python -m npu_rl.envs.pipconf {torch-args|uv-torch-args|pinned NAME} LOCK"
+USAGE = "usage: python -m npu_rl.envs.pipconf {uv-torch-args|pinned NAME} LOCK"
 
 
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
-    if len(argv) == 2 and argv[0] in ("torch-args", "uv-torch-args"):
-        args = torch_args if argv[0] == "torch-args" else uv_torch_args
-        print(" ".join(args(Path(argv[1]))))
+    if len(argv) == 2 and argv[0] == "uv-torch-args":
+        print(" ".join(uv_torch_args(Path(argv[1]))))
         return 0
     if len(argv) == 3 and argv[0] == "pinned":
         sys.stdout.write(pinned(Path(argv[2]), argv[1]))
