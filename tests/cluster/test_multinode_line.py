@@ -51,6 +51,18 @@ class LinePods(Pods):
 STEPS = 3
 
 
+def _ended(pods: Pods, root) -> dict:
+    """What a start of the job left once both pods are gone: exit codes, the head's log, live processes,
+    the checkpoints kept and the gate's verdicts."""
+    return {
+        "codes": pods.wait(),
+        "log": pods.log("head"),
+        "left": pods.left(),
+        "saved": pods.in_ws(lambda: run_files.saved_steps(pods.recipe)),
+        "gate": json.loads((root / "consistency.json").read_text()),
+    }
+
+
 @pytest.fixture(scope="module")
 def lost(request, tiny_model):
     if not (BIN / "npu-rl").is_file():
@@ -71,19 +83,14 @@ def lost(request, tiny_model):
         pods.kill("worker")
         pods.procs["head"].wait(timeout=600)
         head_s = time.monotonic() - t0
-        codes = pods.wait()
         # For whoever reads the run afterwards (`pytest --cache-show 'npu_rl/*'`).
         request.config.cache.set("npu_rl/line_node_lost", {"killed_worker_to_head_exit_s": round(head_s, 1)})
         root = pods.in_ws(lambda: run_files.log_root(pods.recipe))
         out = {
             "pods": pods,
-            "codes": codes,
             "seconds": head_s,
-            "log": pods.log("head"),
-            "left": pods.left(),
-            "saved": pods.in_ws(lambda: run_files.saved_steps(pods.recipe)),
+            **_ended(pods, root),
             "workers": json.loads((root / "workers.json").read_text()),
-            "gate": json.loads((root / "consistency.json").read_text()),
             "console": (root / "console.log").read_text(errors="replace"),
             "metrics": pods.metrics(),
         }
@@ -91,23 +98,10 @@ def lost(request, tiny_model):
         # manifest the job is submitted with.
         pods.recipe = healthy.model_copy(update={"env": {**healthy.env, DRILL_ENV: WEIGHTS_DRILL}})
         pods.start()
-        out["drilled"] = {
-            "codes": pods.wait(),
-            "log": pods.log("head"),
-            "left": pods.left(),
-            "saved": pods.in_ws(lambda: run_files.saved_steps(pods.recipe)),
-            "gate": json.loads((root / "consistency.json").read_text()),
-        }
+        out["drilled"] = _ended(pods, root)
         pods.recipe = healthy
         pods.start()
-        out["finished"] = {
-            "codes": pods.wait(),
-            "log": pods.log("head"),
-            "left": pods.left(),
-            "saved": pods.in_ws(lambda: run_files.saved_steps(pods.recipe)),
-            "gate": json.loads((root / "consistency.json").read_text()),
-            "metrics": pods.metrics(),
-        }
+        out["finished"] = {**_ended(pods, root), "metrics": pods.metrics()}
         yield out
     finally:
         pods.cleanup()
