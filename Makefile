@@ -30,17 +30,6 @@ help:
 	@echo "make eval-venv - OpenCompass 0.5.4 in its own environment ($(EVAL_VENV)) for npu-rl eval --backend opencompass"
 
 
-# The CPU runs' numerics held to AVX2 on every x86-64 machine: torch's own kernels, MKL and oneDNN otherwise
-# take AVX-512 where the CPU has it and round differently, and the demo's seeded run (its 80% claim and its
-# committed baseline curves, tests/e2e/test_demo_learns.py) was made with AVX2. Measured on an AVX-512
-# machine: held-out 45.31 -> 71.88 without this, the baseline's curves and >= 80% with it. Set any of them
-# to choose otherwise.
-ifeq ($(shell uname -m),x86_64)
-export ATEN_CPU_CAPABILITY ?= avx2
-export MKL_ENABLE_INSTRUCTIONS ?= AVX2
-export ONEDNN_MAX_CPU_ISA ?= AVX2
-endif
-
 # Every install reads a lock (configs/locks/, `make lock`): the whole set, with hashes, so nothing is
 # resolved. uv installs it (the dev lock's tools.uv, which pip puts into .venv first from that lock's own
 # hashes; the other environments use .venv's). From a fresh clone here: pip took 115 s and printed 741 lines,

@@ -93,6 +93,9 @@ _TINY_INPUTS = (
     "npu_rl/model/tokenizer_override.py",
     "npu_rl/data/sample.py",
     "npu_rl/commands/model.py",
+    # The line's ISA pins, under which the warm start runs (npu_rl.platform.cpu_isa).
+    "npu_rl/platform/cpu_isa.py",
+    "configs/stacks",
     "configs/tokenizer",
     "configs/recipes",
 )

@@ -59,7 +59,7 @@ def register(sub: argparse._SubParsersAction) -> None:
         default=FORMAT_ERROR,
         help=f"how often the warm start's teacher leaves the answer unboxed (default {FORMAT_ERROR})",
     )
-    t.set_defaults(func=_tiny)
+    t.set_defaults(func=_tiny, parser=t)
 
     f = msub.add_parser(
         "fetch",
@@ -100,6 +100,11 @@ def _tiny(args: argparse.Namespace) -> int:
     from ..model.tokenizer_override import resolve_override  # lazy: the job
 
     recipe = options.load(args)
+    if args.warm_start_steps > 0:
+        # The warm start trains: on the line's instruction set (npu_rl.platform.cpu_isa).
+        code = options.rerun_under_isa(args, ["model", "tiny"], recipe.stack_line)
+        if code is not None:
+            return code
     override = resolve_override(recipe.model.tokenizer_config)
     # Train the BPE on the kind of text it will see: problems, solutions and the chat template.
     texts = [f"{r['problem']} {r['solution']}" for r in generate(512, seed=0)]
@@ -125,7 +130,10 @@ def _tiny(args: argparse.Namespace) -> int:
             format_error=args.format_error,
             seed=args.seed,
         )
-        print(f"warm start: {args.warm_start_steps} steps, final loss {loss:.3f}")
+        import torch  # lazy: loaded by the warm start already
+
+        kernels = torch.backends.cpu.get_cpu_capability()
+        print(f"warm start: {args.warm_start_steps} steps, final loss {loss:.3f}, on torch's {kernels} kernels")
     print(f"tiny model: {out}")
     return 0
 

@@ -3,8 +3,12 @@
 from __future__ import annotations
 
 import argparse
+import os
+import subprocess
+import sys
 from typing import Any
 
+from ..platform import cpu_isa
 from ..recipe import load_recipe, parse_set_args
 from .argtypes import port
 
@@ -45,3 +49,31 @@ def subcommands(p: argparse.ArgumentParser, metavar: str) -> argparse._SubParser
 def add_ray_port(p: argparse.ArgumentParser, help: str, old_spellings: tuple[str, ...] = ()) -> None:
     """``--ray-port``: the Ray head's GCS port, in every job that talks to Ray."""
     p.add_argument("--ray-port", *old_spellings, dest="ray_port", type=port, default=None, help=help)
+
+
+def replayed(args: argparse.Namespace) -> list[str]:
+    """The options that give ``args`` again under ``args.parser``, the parser of the (sub)command that made
+    them (its ``set_defaults(parser=...)``)."""
+    argv: list[str] = []
+    for action in args.parser._actions:
+        value = getattr(args, action.dest, None)
+        if not action.option_strings or action.dest == "help" or value is None:
+            continue
+        flag = action.option_strings[0]
+        if isinstance(action, (argparse._StoreTrueAction, argparse._StoreFalseAction)):
+            argv += [flag] if value != action.default else []
+            continue
+        for item in value if isinstance(value, list) else [value]:
+            argv += [flag, str(item)]
+    return argv
+
+
+def rerun_under_isa(args: argparse.Namespace, command: list[str], line: str | None) -> int | None:
+    """The job's exit code, run again by a new `npu-rl` process under the line's instruction-set pins where
+    this one lacks any (torch reads them only as it loads: npu_rl.platform.cpu_isa); None: this process has
+    them and runs the job itself."""
+    pins = cpu_isa.missing(line)
+    if not pins:
+        return None
+    argv = [sys.executable, "-m", "npu_rl", *command, *replayed(args)]
+    return subprocess.run(argv, env={**os.environ, **pins}).returncode

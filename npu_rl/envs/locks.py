@@ -184,7 +184,7 @@ def envs() -> dict[str, Env]:
             "dev",
             "the test and ops tools, installed into .venv on top of the cpu lock",
             tuple(project_requirements("ops", "dev")),
-            tuple(versions.cpu_constraints() + [_pin("uv", "tools.uv")]),
+            tuple(versions.cpu_constraints() + [_pin("uv", "tools.uv"), _pin("pip", "tools.pip")]),
             CPU_PLATFORM,
             after="cpu",
         ),

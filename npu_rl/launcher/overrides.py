@@ -14,6 +14,7 @@ from ..patches.guard import VERL_0_6_1
 from ..patches.old_log_prob import hydra_overrides as old_log_prob_overrides
 from ..patches.verl_platforms import CPU as VERL_CPU_PLATFORM
 from ..patches.verl_platforms import NPU as VERL_NPU_PLATFORM
+from ..platform import cpu_isa
 from ..recipe.schema import Recipe
 from .hydra import hydra_value
 from .megatron import megatron_env, megatron_overrides, megatron_patches
@@ -309,6 +310,13 @@ def run_env(recipe: Recipe, start_step: int | None) -> dict[str, str]:
         # none of (verl 0.6.1 Worker._setup_env_cuda_visible_devices, verl.utils.ray_utils). Empty is unset
         # for both verl and Ray.
         env["RAY_EXPERIMENTAL_NOSET_ASCEND_RT_VISIBLE_DEVICES"] = ""
+        if recipe.rollout.name == "hf":
+            # The line's instruction-set pins, where neither the recipe nor the caller's environment chose one:
+            # on the rollout they were measured with (torch's own sampling). vLLM's CPU backends choose their
+            # own kernels (IPEX, vLLM's), and vLLM 0.23's ran past the 2-node test's first-step allowance under
+            # the AVX2 pins.
+            for key, value in cpu_isa.missing(recipe.stack_line).items():
+                env.setdefault(key, value)
         if verl_release(recipe) != VERL_0_6_1:
             # verl 0.9 takes its platform from here, else detects one and falls back to nvidia (verl v0.9.0
             # plugin/platform/platform_manager.py:92-117); the cpu patch registers this one.

@@ -108,6 +108,7 @@ def test_a_placement_no_node_offers_stops_the_rehearsal(workspace, tmp_path):
     path = tmp_path / "cuda.yaml"
     path.write_text(yaml.safe_dump(data))
     out = _rehearse(workspace, str(path), _standin_sets("qwen"))
-    assert out.returncode == 1, out.stdout[-2000:]
-    error = out.stderr.strip().splitlines()[-1]
-    assert error.startswith("npu-rl: error: rehearsal of") and "fits on no node" in error and "GPU" in error
+    assert out.returncode == 1, out.stdout[-2000:] + out.stderr[-2000:]
+    # One error line; Ray's shutdown may still log after it on a loaded machine (CI once failed here).
+    (error,) = [line for line in out.stderr.splitlines() if line.startswith("npu-rl: error:")] or [out.stderr[-2000:]]
+    assert error.startswith("npu-rl: error: rehearsal of") and "fits on no node" in error and "GPU" in error, error
