@@ -103,9 +103,9 @@ test: $(STAMP)
 RUNS := e2e or image or smoke
 test-all: $(STAMP)
 	@status=0; t=$$(date +%s); \
-	$(BIN)/python -m pytest $(XDIST) -m "not ($(RUNS))" $(PYTEST_ARGS) || { r=$$?; [ $$r -eq 5 ] || status=$$r; }; \
+	$(BIN)/python -m pytest $(XDIST) -m "not ($(RUNS))" --durations=10 $(PYTEST_ARGS) || { r=$$?; [ $$r -eq 5 ] || status=$$r; }; \
 	echo "test-all: phase 1 (trains nothing, $(TEST_WORKERS) workers): $$(( $$(date +%s) - t )) s"; t=$$(date +%s); \
-	$(BIN)/python -m pytest -m "$(RUNS)" $(PYTEST_ARGS) || { r=$$?; [ $$r -eq 5 ] || status=$$r; }; \
+	$(BIN)/python -m pytest -m "$(RUNS)" --durations=20 $(PYTEST_ARGS) || { r=$$?; [ $$r -eq 5 ] || status=$$r; }; \
 	echo "test-all: phase 2 (the runs, one at a time): $$(( $$(date +%s) - t )) s"; \
 	exit $$status
 
