@@ -14,7 +14,7 @@ PYTEST_ARGS ?=
 TEST_WORKERS ?= $(shell n=$$(nproc 2>/dev/null || echo 1); [ $$n -gt 4 ] && n=4; echo $$n)
 XDIST = $(if $(filter 0,$(TEST_WORKERS)),,-n $(TEST_WORKERS) --dist loadfile)
 
-.PHONY: all venv venv-lines demo test test-all lint render clean help eval-venv lock image-cpu image-cpu-vllm image-ascend image-ascend-lines npu-stack
+.PHONY: all venv venv-lines demo test test-all lint render clean help eval-venv sandbox-venv lock image-cpu image-cpu-vllm image-ascend image-ascend-lines npu-stack
 
 help:
 	@echo "make demo   - tiny Qwen2 GRPO on CPU: model, data, train (Ray), merge, eval, report (STACK=<line>: on that stack line)"
@@ -27,6 +27,7 @@ help:
 	@echo "make image-ascend - both Ascend images on a stand-in of the base image (no CANN; tests/containers/test_ascend_images.py; STACK=<line>: that line's)"
 	@echo "make npu-stack - the Ascend images' locked Python set in .venv-npu (tests/envs/test_npu_stack.py)"
 	@echo "make lock   - regenerate configs/locks/ (uv) from configs/versions.yaml and pyproject.toml"
+	@echo "make sandbox-venv - the interpreter of npu-rl sandbox serve's executions ($(SANDBOX_VENV): numpy, sympy)"
 	@echo "make eval-venv - OpenCompass 0.5.4 in its own environment ($(EVAL_VENV)) for npu-rl eval --backend opencompass"
 
 
@@ -121,6 +122,20 @@ clean:
 
 
 eval-venv: $(EVAL_STAMP)
+
+# The interpreter `npu-rl sandbox serve` runs policy-written code with (configs/locks/sandbox.txt: numpy,
+# sympy), made from a Python every user can read: each execution runs as a user of its own, which
+# cannot enter root's home (this machine's .venv comes from /root/.pyenv). npu-rl finds
+# .venv-sandbox/bin/python by itself.
+SANDBOX_VENV ?= .venv-sandbox
+SANDBOX_BASE_PYTHON ?= /usr/bin/python3
+SANDBOX_STAMP := $(SANDBOX_VENV)/.installed
+sandbox-venv: $(SANDBOX_STAMP)
+
+$(SANDBOX_STAMP): $(LOCKS)/sandbox.txt | $(STAMP)
+	@UV_NO_CONFIG=1 $(BIN)/uv venv -q --clear --python $(SANDBOX_BASE_PYTHON) $(SANDBOX_VENV)
+	@$(call UV_IN,$(SANDBOX_VENV),--require-hashes -r $(LOCKS)/sandbox.txt)
+	@touch $@
 
 $(EVAL_STAMP): $(LOCKS)/eval.txt | $(STAMP)
 	$(PYTHON) -m venv $(EVAL_VENV)

@@ -33,6 +33,7 @@ COMMAND_MODULES = [
     "npu_rl.commands.ray",
     "npu_rl.commands.doctor",
     "npu_rl.commands.image",
+    "npu_rl.commands.sandbox",
 ]
 
 # `npu-rl --help`: what the tool is for, to its user (the module docstring above is for developers).

