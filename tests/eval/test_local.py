@@ -90,7 +90,9 @@ def test_bad_inputs_fail_before_loading_a_model(tmp_path, val, tiny):
         load_problems([bad])
 
 
-def test_cli_local_eval_writes_the_table(tmp_path, tiny, monkeypatch, capsys, complete_checkpoint):
+def test_cli_local_eval_writes_the_table(tmp_path, tiny, monkeypatch, capfd, complete_checkpoint):
+    """capfd: on the seeds' line the local eval runs itself again under its ISA pins (npu_rl.platform.cpu_isa),
+    in a process whose output is this one's file descriptors."""
     ws = tmp_path / "ws"
     shutil.copytree(tiny, ws / "models" / "tiny")
     merged = complete_checkpoint(ws / "checkpoints" / "proj" / "exp" / "global_step_2", world=1)
@@ -115,7 +117,7 @@ def test_cli_local_eval_writes_the_table(tmp_path, tiny, monkeypatch, capsys, co
     # Same weights on both sides: the difference must be exactly zero.
     assert [d.points for d in table.deltas()] == [0.0, 0.0, 0.0, 0.0]
     assert len((out_dir / "samples" / "tiny-rl-2.jsonl").read_text().splitlines()) == 3
-    assert "| model | step | dataset | metric | score |" in capsys.readouterr().out
+    assert "| model | step | dataset | metric | score |" in capfd.readouterr().out
 
 
 def test_cli_names_what_is_missing(tmp_path, monkeypatch, capsys, complete_checkpoint):
