@@ -13,15 +13,19 @@ import ctypes
 import json
 import math
 import os
+import platform
 import resource
 import signal
 import time
 from dataclasses import dataclass
 
 from . import jail as jails
+from . import seccomp
 from .request import LANGUAGES, Caps, RunCodeRequest, RunResult, memory_mb
 
 PR_SET_PDEATHSIG = 1
+SYS_KEYCTL = {"x86_64": 250, "aarch64": 219}
+KEYCTL_JOIN_SESSION_KEYRING = 1
 SIGXCPU_EXIT = 128 + signal.SIGXCPU
 CHUNK = 1 << 16
 # After the jail's first process ends, how long its pipes may stay open (the namespace being torn down).
@@ -49,10 +53,15 @@ def _limits(req: RunCodeRequest, caps: Caps) -> list[tuple[int, int, int]]:
     ]
 
 
-def _preexec(uid: int | None, limits: list[tuple[int, int, int]]):
+def _preexec(uid: int | None, limits: list[tuple[int, int, int]], new_keyring: bool):
     libc = ctypes.CDLL(None, use_errno=True)
+    keyctl = SYS_KEYCTL.get(platform.machine())
 
     def setup() -> None:  # between fork and exec: no Python objects of the parent's are touched
+        if new_keyring and keyctl is not None:
+            # An anonymous session keyring of its own (as runc gives a container): the server's is not
+            # namespaced, and the code could otherwise read it and leave keys in it for later runs.
+            libc.syscall(keyctl, KEYCTL_JOIN_SESSION_KEYRING, None)
         if uid is not None:
             os.setgroups([])
             os.setgid(uid)
@@ -105,6 +114,7 @@ class Executor:
         for slot in range(slots):
             self.free.put_nowait(slot)
         self.live: set[asyncio.subprocess.Process] = set()
+        self.seccomp = seccomp.program()
 
     async def run(self, req: RunCodeRequest) -> Outcome:
         slot = await self.free.get()
@@ -116,11 +126,10 @@ class Executor:
     async def _run_in(self, slot: int, req: RunCodeRequest) -> Outcome:
         jail, caps, off = self.jail, self.caps, self.jail.off
         name = LANGUAGES[req.language]
-        code_fd = os.memfd_create("code")
+        code_fd = _memfd("code", req.code.encode())
+        filter_fd = _memfd("seccomp", self.seccomp)
         status_r, status_w = os.pipe()
         try:
-            os.write(code_fd, req.code.encode())
-            os.lseek(code_fd, 0, os.SEEK_SET)
             cmd = jails.argv(
                 jail,
                 jails.command(jail, req.language, name),
@@ -128,6 +137,7 @@ class Executor:
                 code_name=name,
                 status_fd=status_w,
                 disk_mb=caps.disk_mb,
+                seccomp_fd=filter_fd,
             )
             limits = [] if "rlimits" in off else _limits(req, caps)
             uid = None if "user" in off else jail.uid(slot)
@@ -137,12 +147,16 @@ class Executor:
                 stdin=asyncio.subprocess.PIPE,
                 stdout=asyncio.subprocess.PIPE,
                 stderr=asyncio.subprocess.PIPE,
-                pass_fds=(code_fd, status_w),
+                pass_fds=(code_fd, status_w, filter_fd),
                 start_new_session=True,
-                preexec_fn=_preexec(uid, limits),
+                preexec_fn=_preexec(uid, limits, new_keyring="keyring" not in off),
             )
+        except BaseException:
+            os.close(status_r)
+            raise
         finally:
             os.close(code_fd)
+            os.close(filter_fd)
             os.close(status_w)
         self.live.add(proc)
         cap = None if "output" in off else caps.output_bytes
@@ -198,10 +212,19 @@ class Executor:
             _kill(proc)
 
 
+def _memfd(name: str, data: bytes) -> int:
+    fd = os.memfd_create(name)
+    os.write(fd, data)
+    os.lseek(fd, 0, os.SEEK_SET)
+    return fd
+
+
 async def _exited(proc: asyncio.subprocess.Process, timeout: float | None) -> bool:
     """Whether bwrap ended within ``timeout``. Not ``proc.wait()``: Python 3.11's returns only once every
     pipe is closed too, and a process that escaped the jail (a drill without the PID namespace) may hold
     them for ever. A pidfd is readable the moment the process exits."""
+    if proc.returncode is not None:
+        return True  # reaped already: its pid may be another process's by now
     loop = asyncio.get_running_loop()
     try:
         fd = os.pidfd_open(proc.pid)

@@ -21,7 +21,11 @@ import sys
 from dataclasses import dataclass, field
 
 # The names of what a drill may switch off (tests only): see ``argv`` and ``execute``.
-MECHANISMS = frozenset({"mounts", "net", "pid", "user", "userns", "rlimits", "tmpfs", "env", "output"})
+MECHANISMS = frozenset(
+    {"mounts", "readonly", "net", "pid", "user", "userns", "rlimits", "tmpfs", "env", "output", "seccomp", "keyring"}
+)
+# The device nodes the code gets (no ptmx: the host's ptys are one pool), bound from the host's.
+DEVICES = ("/dev/null", "/dev/zero", "/dev/full", "/dev/random", "/dev/urandom")
 
 WORKDIR = "/sandbox"
 # Directories of the host's own system that the interpreter and bash need, read-only. /etc is left out
@@ -108,9 +112,19 @@ def _system_binds(jail: Jail) -> list[str]:
     return args
 
 
-def argv(jail: Jail, command: list[str], *, code_fd: int, code_name: str, status_fd: int, disk_mb: int) -> list[str]:
+def argv(
+    jail: Jail,
+    command: list[str],
+    *,
+    code_fd: int,
+    code_name: str,
+    status_fd: int,
+    disk_mb: int,
+    seccomp_fd: int | None = None,
+) -> list[str]:
     """bwrap's command line: ``command`` run in ``WORKDIR``, the code read from ``code_fd`` into
-    ``WORKDIR/code_name``, bwrap's JSON status (the child's pid, its exit code) on ``status_fd``."""
+    ``WORKDIR/code_name``, bwrap's JSON status (the child's pid, its exit code) on ``status_fd``, the seccomp
+    filter (npu_rl.sandbox.seccomp) read from ``seccomp_fd``."""
     off = jail.off
     args = [jail.bwrap, "--die-with-parent", "--new-session", "--json-status-fd", str(status_fd)]
     if "userns" not in off:  # only bwrap run as root (``user`` off too) may go without
@@ -125,8 +139,17 @@ def argv(jail: Jail, command: list[str], *, code_fd: int, code_name: str, status
     args += ["--hostname", "sandbox"]
     args += _system_binds(jail)
     # A procfs of the jail's PID namespace: its own processes only (of the host's, with ``pid`` off).
-    args += ["--proc", "/proc", "--dev", "/dev"]
+    args += ["--proc", "/proc"]
     size, work = str(disk_mb << 20), workdir(jail)
+    if "mounts" not in off:
+        # A /dev of a few nodes and a sized /dev/shm: bwrap's own --dev is a tmpfs of half the host's memory.
+        args += ["--size", str(1 << 20), "--tmpfs", "/dev"]
+        for node in DEVICES:
+            args += ["--dev-bind", node, node]
+        for fd, name in enumerate(("stdin", "stdout", "stderr")):
+            args += ["--symlink", f"/proc/self/fd/{fd}", f"/dev/{name}"]
+        args += ["--symlink", "/proc/self/fd", "/dev/fd"]
+        args += ["--tmpfs", "/dev/shm"] if "readonly" in off else ["--size", size, "--tmpfs", "/dev/shm"]
     if "tmpfs" in off and jail.shared_dir:
         args += ["--bind", jail.shared_dir, work, "--bind", jail.shared_dir, "/tmp"]
     else:
@@ -134,6 +157,12 @@ def argv(jail: Jail, command: list[str], *, code_fd: int, code_name: str, status
         if work != "/tmp":
             args += ["--size", size, "--tmpfs", "/tmp"]
     args += ["--file", str(code_fd), f"{work}/{code_name}", "--chdir", work]
+    if "readonly" not in off and "mounts" not in off:
+        # The root bwrap built (its directories for the binds, its symlinks) and /dev are tmpfs of half the
+        # host's memory: read-only, the working directory, /tmp and /dev/shm are all the code can write.
+        args += ["--remount-ro", "/dev", "--remount-ro", "/"]
+    if seccomp_fd is not None and "seccomp" not in off:
+        args += ["--seccomp", str(seccomp_fd)]
     if "env" not in off:
         path = ":".join([*(f"{r}/bin" for r in jail.python_roots[:1]), ENV_PATH])
         args += ["--clearenv", "--setenv", "PATH", path, "--setenv", "HOME", work, "--setenv", "TMPDIR", "/tmp"]

@@ -78,6 +78,11 @@ def parse(body: Any, caps: Caps) -> RunCodeRequest:
         err = e.errors()[0]
         where = ".".join(str(p) for p in err["loc"]) or "body"
         raise RequestError(f"{where}: {err['msg']}") from None
+    for name, text in (("code", req.code), ("stdin", req.stdin or "")):
+        try:
+            text.encode()
+        except UnicodeError:
+            raise RequestError(f"{name} is not valid Unicode (a lone surrogate)") from None
     if req.language not in LANGUAGES:
         raise RequestError(f"language {req.language!r} is not served (served: {', '.join(LANGUAGES)})")
     if len(req.code.encode()) > caps.max_code_bytes:

@@ -21,6 +21,12 @@ from .execute import Executor, Outcome
 from .request import Caps, RequestError, RunCodeResponse, parse
 
 RETRY_AFTER_S = "1"
+BODY_TIMEOUT_S = 30.0
+
+
+def _dumps(data) -> str:
+    # Output as it is: escaped to ASCII, a replaced undecodable byte would take 6 bytes of the answer.
+    return json.dumps(data, ensure_ascii=False)
 
 
 @dataclass
@@ -42,18 +48,21 @@ class Service:
         return web.json_response({"error": message}, status=status, headers=headers)
 
     async def run_code(self, request: web.Request) -> web.Response:
-        try:
-            body = json.loads(await request.read())
-        except (ValueError, UnicodeDecodeError):
-            return self._reject("the body is not JSON", 400)
-        try:
-            req = parse(body, self.caps)
-        except RequestError as e:
-            return self._reject(str(e), e.status)
+        # The place in the queue first: a flood of bodies is turned away before any of them is read.
         if self.pending >= self.slots + self.queue:
             return self._reject(f"busy: {self.slots} running and {self.queue} waiting; retry later", 503)
         self.pending += 1
         try:
+            try:
+                body = json.loads(await asyncio.wait_for(request.read(), BODY_TIMEOUT_S))
+            except asyncio.TimeoutError:
+                return self._reject(f"the body took over {BODY_TIMEOUT_S:g} s to arrive", 408)
+            except (ValueError, UnicodeDecodeError, RecursionError):
+                return self._reject("the body is not JSON", 400)
+            try:
+                req = parse(body, self.caps)
+            except RequestError as e:
+                return self._reject(str(e), e.status)
             outcome: Outcome = await self.executor.run(req)
         finally:
             self.pending -= 1
@@ -64,7 +73,7 @@ class Service:
         else:
             self.counters.by_status[outcome.run.status] += 1
             answer = RunCodeResponse.of(outcome.run)
-        return web.json_response(answer.model_dump())
+        return web.json_response(answer.model_dump(), dumps=_dumps)
 
     async def ping(self, _: web.Request) -> web.Response:
         return web.Response(text="pong")

@@ -137,6 +137,43 @@ def test_memory_past_the_requests_limit_is_refused(server, drill):
     assert out.strip() == "ALLOCATED 256", out
 
 
+MEMFD = """
+import os
+try:
+    fds = [os.memfd_create(str(i)) for i in range(3)]
+    for fd in fds:
+        for _ in range(64):
+            os.write(fd, b"x" * (1 << 20))
+    print("HELD", sum(os.fstat(fd).st_size for fd in fds) >> 20)
+except OSError as e:
+    print("REFUSED", e.errno)
+"""
+
+
+def test_memory_held_in_memfds_past_the_limit_is_refused(server, drill):
+    # Pages written to a memfd are never mapped: RLIMIT_AS does not see them, the seccomp filter refuses it.
+    out = server.run(MEMFD, memory_limit_MB=128)["run_result"]["stdout"]
+    assert out.strip() == "REFUSED 1", out  # EPERM
+    out = drill("seccomp").run(MEMFD, memory_limit_MB=128)["run_result"]["stdout"]
+    assert out.strip() == "HELD 192", out
+
+
+KEYRING = """
+import ctypes, platform
+libc = ctypes.CDLL(None, use_errno=True)
+keyctl = {"x86_64": 250, "aarch64": 219}[platform.machine()]
+# KEYCTL_GET_KEYRING_ID of the session keyring: the kernel's keyrings are not namespaced.
+got = libc.syscall(keyctl, 0, -3, 0)
+print("KEYRING", got if got >= 0 else -ctypes.get_errno())
+"""
+
+
+def test_the_kernel_keyrings_are_out_of_reach(server, drill):
+    assert server.run(KEYRING)["run_result"]["stdout"].strip() == "KEYRING -1"  # EPERM
+    out = drill("seccomp", "keyring").run(KEYRING)["run_result"]["stdout"]
+    assert int(out.split()[-1]) > 0, out
+
+
 ESCAPE = """
 import os, subprocess, sys, time
 # A child in a session of its own, and a grandchild double-forked away from it: both loop for ever.
@@ -195,9 +232,26 @@ print("WRITTEN", written >> 20)
 """
 
 
+ELSEWHERE = """
+import errno
+for path in ("/x", "/usr/x", "/dev/x", "/proc/x"):
+    try:
+        open(path, "wb").write(b"x" * (1 << 20))
+        print("WROTE", path)
+    except OSError as e:
+        print("REFUSED", path, errno.errorcode[e.errno])
+"""
+
+
 def test_filling_the_disk_stops_at_the_working_directorys_size(server, drill, shared_dir):
     out = server.run(FILL.format(files=32))["run_result"]["stdout"]
     assert "STOPPED OSError 28" in out and int(out.split()[-1]) <= 64, out  # ENOSPC at --disk-mb 64
+    shm = server.run(FILL.format(files=32).replace('f"fill', 'f"/dev/shm/fill'))["run_result"]["stdout"]
+    assert "STOPPED OSError 28" in shm and int(shm.split()[-1]) <= 64, shm
+    # Everything else is read-only: bwrap's own root and /dev are tmpfs of half the host's memory otherwise.
+    out = server.run(ELSEWHERE)["run_result"]["stdout"]
+    assert "WROTE" not in out and out.count("REFUSED") == 4, out
+    assert "WROTE /x" in drill("readonly").run(ELSEWHERE)["run_result"]["stdout"]
     out = drill("tmpfs", shared_dir=shared_dir).run(FILL.format(files=12))["run_result"]["stdout"]
     assert "STOPPED" not in out and int(out.split()[-1]) == 96, out  # past the 64 MiB it would have had
 

@@ -58,6 +58,8 @@ BAD = [
     ({"code": "print(1)", "memory_limit_MB": 1 << 40}, 400, "memory_limit_MB"),
     ({"code": "print(1)", "files": {"a.txt": "eA=="}}, 400, "files"),
     (b"x" * (10 << 20), 413, "Too Large"),
+    ({"code": "print(1)", "stdin": "\ud800"}, 400, "surrogate"),
+    (b"[" * 200_000, 400, "not JSON"),
 ]
 
 

@@ -10,6 +10,7 @@ from hypothesis import strategies as st
 from npu_rl.envs import locks
 from npu_rl.envs.locks import project_requirements
 from npu_rl.sandbox import jail as jails
+from npu_rl.sandbox import seccomp
 from npu_rl.sandbox.request import Caps, RequestError, RunCodeResponse, RunResult, parse
 
 CAPS = Caps()
@@ -84,3 +85,18 @@ def test_the_service_needs_only_what_the_cpu_lock_pins():
     names = {r.split(">")[0].split("=")[0].split("[")[0].strip().lower() for r in project_requirements("sandbox")}
     text = locks.get("cpu").path.read_text(encoding="utf-8")
     assert names and all(f"\n{n}==" in text for n in names), names
+
+
+@pytest.mark.parametrize("machine", sorted(seccomp.ARCHES))
+def test_the_seccomp_filter_checks_the_abi_and_lists_every_denied_call(machine):
+    prog = seccomp.program(machine)
+    ops = [prog[i : i + 8] for i in range(0, len(prog), 8)]
+    arch, numbers = seccomp.ARCHES[machine]
+    assert set(numbers) == set(seccomp.DENIED)
+    # First the ABI (a syscall of another one is killed), last ALLOW then EPERM.
+    assert ops[1][4:] == arch.to_bytes(4, "little") and ops[-2][4:] == seccomp.RET_ALLOW.to_bytes(4, "little")
+    assert ops[-1][4:] == (seccomp.RET_ERRNO | seccomp.EPERM).to_bytes(4, "little")
+    jumps = [o for o in ops if o[0] == seccomp.JEQ_K and o[4:] != arch.to_bytes(4, "little")]
+    assert sorted(int.from_bytes(o[4:], "little") for o in jumps) == sorted(numbers.values())
+    # Every comparison lands on the EPERM return.
+    assert all(ops.index(o) + 1 + o[2] == len(ops) - 1 for o in jumps)
