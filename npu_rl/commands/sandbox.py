@@ -15,6 +15,29 @@ DEFAULT_PORT = 8080  # SandboxFusion's
 PYTHON_ENV = "NPU_RL_SANDBOX_PYTHON"
 # The probe every start runs through the jail it will use: the interpreter and its libraries, and bash.
 PROBE = ("import numpy, sympy; print(int(sympy.Integer(6) * int(numpy.int64(7))))", "42")
+# What bwrap's refusal means in a container, and the setting that lifts it (docs/sandbox.md).
+HINTS = (
+    (
+        "Can't mount proc",
+        "the container's /proc is masked; start it with docker's --security-opt systempaths=unconfined, podman's "
+        "--security-opt unmask=ALL, or Kubernetes' securityContext.procMount: Unmasked",
+    ),
+    (
+        "namespace",
+        "user namespaces are refused here: user.max_user_namespaces must be above 0 (and Ubuntu 24.04's "
+        "kernel.apparmor_restrict_unprivileged_userns 0), and a container's seccomp profile must allow unshare "
+        "(docker: --security-opt seccomp=unconfined)",
+    ),
+    ("uid map", "user namespaces are refused here: user.max_user_namespaces must be above 0"),
+)
+
+
+def hint(fault: str) -> str:
+    """``fault`` with what lifts it, where it is one a container or a kernel setting makes."""
+    for needle, fix in HINTS:
+        if needle in fault:
+            return f"{fault} ({fix})"
+    return fault
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -106,7 +129,7 @@ def _serve(args: argparse.Namespace) -> int:
 
     fault = asyncio.run(probe())
     if fault:
-        raise UserError(f"sandbox: no execution can be isolated here, so none is run: {fault}")
+        raise UserError(f"sandbox: no execution can be isolated here, so none is run: {hint(fault)}")
 
     def ready(url: str) -> None:
         print(

@@ -100,3 +100,13 @@ def test_the_seccomp_filter_checks_the_abi_and_lists_every_denied_call(machine):
     assert sorted(int.from_bytes(o[4:], "little") for o in jumps) == sorted(numbers.values())
     # Every comparison lands on the EPERM return.
     assert all(ops.index(o) + 1 + o[2] == len(ops) - 1 for o in jumps)
+
+
+def test_a_refusal_in_a_container_says_what_lifts_it():
+    from npu_rl.commands.sandbox import hint
+
+    # bwrap's own line under podman's default /proc masking (seen here: podman run without unmask=ALL).
+    masked = hint("the sandbox could not start: bwrap: Can't mount proc on /newroot/proc: Operation not permitted")
+    assert "unmask=ALL" in masked and "systempaths=unconfined" in masked and "procMount" in masked
+    assert hint("bwrap: No permissions to creating new namespace").endswith("seccomp=unconfined)")
+    assert hint("something else") == "something else"
