@@ -108,5 +108,5 @@ def test_a_refusal_in_a_container_says_what_lifts_it():
     # bwrap's own line under podman's default /proc masking (seen here: podman run without unmask=ALL).
     masked = hint("the sandbox could not start: bwrap: Can't mount proc on /newroot/proc: Operation not permitted")
     assert "unmask=ALL" in masked and "systempaths=unconfined" in masked and "procMount" in masked
-    assert hint("bwrap: No permissions to creating new namespace").endswith("seccomp=unconfined)")
+    assert hint("bwrap: No permissions to creating new namespace").endswith("seccomp=unconfined))")
     assert hint("something else") == "something else"
