@@ -95,7 +95,8 @@ def build_args(variant: str, pins: dict[str, Any] | None = None) -> dict[str, st
         return {
             "BASE_IMAGE": f"python:{g('common.python')}-slim-{cpu_suite(variant, p)}",
             "LOCK": CPU_LOCKS[variant],
-            "APT_PACKAGES": "",
+            # `npu-rl sandbox serve`'s jail (compose's sandbox service runs this image).
+            "APT_PACKAGES": "bubblewrap",
             "GLIBC_TUNABLES": "",
             "LOCAL_PACKAGES": "",
             "PIP_CHECK_EXPECTED": "",

@@ -28,7 +28,7 @@ TRAIN_RECIPE = "qwen2_5_1_5b_math_a2_1card"
 LINE_TRAIN_RECIPES = {"cann9.1-verl0.9": "qwen2_5_1_5b_math_a2_1card_verl09"}
 # What a line's file leaves to the default one.
 DEFAULT_LINE_ONLY = ("NPU_RL_EVAL_IMAGE", "NPU_RL_CPU_IMAGE", "NPU_RL_CPU_VLLM_IMAGE", "CPU_SHM_SIZE", "DEMO_STEPS",
-                     "DEMO_WARM_START_STEPS")  # fmt: skip
+                     "DEMO_WARM_START_STEPS", "SANDBOX_BIND", "SANDBOX_PORT", "SANDBOX_SLOTS")  # fmt: skip
 CONTAINER_WORKSPACE = PurePosixPath("/workspace")
 # Ray's object store lives in /dev/shm; npu_rl.platform.doctor.MIN_SHM is the floor.
 DEFAULT_SHM = "64g"
@@ -84,6 +84,9 @@ def variables(recipe: Recipe, line: str | None = None) -> list[Var]:
         Var("TENSORBOARD_PORT", str(DASHBOARD_PORTS["tensorboard"]), "Host port of TensorBoard"),
         Var("SWANLAB_PORT", str(DASHBOARD_PORTS["swanlab"]), "Host port of the SwanLab dashboard"),
         Var("NOTEBOOK_PORT", "8888", "Host port of JupyterLab (notebook and cpu-notebook)"),
+        Var("SANDBOX_BIND", "127.0.0.1", "Host address of the code sandbox's port (0.0.0.0: reachable from the nodes)"),
+        Var("SANDBOX_PORT", "8080", "Host port of the code sandbox's SandboxFusion API (/run_code)"),
+        Var("SANDBOX_SLOTS", "4", "Executions the code sandbox runs at once"),
     ]
     return [v for v in out if not (line and v.name in DEFAULT_LINE_ONLY)]
 

@@ -148,6 +148,9 @@ class Executor:
                 stdout=asyncio.subprocess.PIPE,
                 stderr=asyncio.subprocess.PIPE,
                 pass_fds=(code_fd, status_w, filter_fd),
+                # bwrap itself gets none of the server's variables either: its first process stays in the
+                # jail's PID namespace as pid 1, whose /proc/1/environ the code can read.
+                env=None if "env" in off else {"PATH": jails.ENV_PATH},
                 start_new_session=True,
                 preexec_fn=_preexec(uid, limits, new_keyring="keyring" not in off),
             )

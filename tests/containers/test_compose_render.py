@@ -62,7 +62,9 @@ def test_a_lines_file_is_the_same_training_services_in_that_lines_image():
     seeds = yaml.safe_load(COMPOSE.read_text())
     for line, recipe in LINE_TRAIN_RECIPES.items():
         other = yaml.safe_load((COMPOSE.parent / f"docker-compose.{line}.yml").read_text())
-        assert set(other["services"]) == set(seeds["services"]) - {"eval", "cpu-demo", "cpu-vllm-demo", "cpu-notebook"}
+        assert set(other["services"]) == set(seeds["services"]) - {
+            "eval", "cpu-demo", "cpu-vllm-demo", "cpu-notebook", "sandbox"
+        }  # fmt: skip
         args = other["x-npu-build"]["args"]
         assert args["STACK"] == line and args["NPU_LOCK"] == f"configs/locks/{line}/npu.txt"
         assert args["VERL_VERSION"] == versions.line_verl(line) and load_recipe(recipe).stack == line
@@ -107,6 +109,7 @@ def test_services(compose):
         "cpu-demo",
         "cpu-vllm-demo",
         "cpu-notebook",
+        "sandbox",
     }
     assert compose["services"]["cpu-demo"]["profiles"] == ["cpu"]
     assert compose["services"]["cpu-vllm-demo"]["profiles"] == ["cpu-vllm"]
@@ -147,7 +150,18 @@ def test_rehearse_qwen_is_train_qwen_with_rehearse_and_without_an_npu(compose):
 
 def test_one_shot_jobs_do_not_restart(compose):
     for name, svc in compose["services"].items():
-        assert svc["restart"] == ("unless-stopped" if name in DASHBOARDS else "no"), name
+        assert svc["restart"] == ("unless-stopped" if name in (*DASHBOARDS, "sandbox") else "no"), name
+
+
+def test_the_sandbox_service_holds_nothing_of_a_run(compose):
+    """Policy-written code's service: no workspace or token volume, no NPU, no secret variable; only the
+    runtime settings its jails need (docs/sandbox.md), and its port on 127.0.0.1 unless SANDBOX_BIND says."""
+    svc = compose["services"]["sandbox"]
+    assert svc["profiles"] == ["sandbox"] and "volumes" not in svc and "devices" not in svc
+    assert svc["command"][:3] == ["npu-rl", "sandbox", "serve"] and "0.0.0.0" in svc["command"]
+    assert set(svc["environment"]) == {"NPU_RL_SANDBOX_PYTHON"}
+    assert svc["security_opt"] == ["systempaths=unconfined", "seccomp=unconfined"]
+    assert svc["ports"] == ["${SANDBOX_BIND:-127.0.0.1}:${SANDBOX_PORT:-8080}:8080"]
 
 
 def _size(text: str) -> int:
@@ -163,7 +177,8 @@ def test_shared_memory_satisfies_the_doctor(compose):
 
 def test_data_survives_in_the_workspace_volume(compose):
     for name, svc in compose["services"].items():
-        assert "${WORKSPACE_DIR:-../workspace}:/workspace" in svc["volumes"], name
+        if name != "sandbox":  # it keeps nothing, and may see nothing of a run
+            assert "${WORKSPACE_DIR:-../workspace}:/workspace" in svc["volumes"], name
 
 
 def test_env_example_documents_every_variable():
@@ -188,10 +203,12 @@ def test_env_example_documents_every_variable():
 def test_npu_rl_commands_are_valid_cli_calls(compose):
     parser = build_parser()
     calls = [svc["command"] for svc in compose["services"].values() if svc.get("command", [""])[0] == "npu-rl"]
-    assert len(calls) == 7  # prepare, train, its rehearsal, merge, eval, and the two dashboards
+    assert len(calls) == 8  # prepare, train, its rehearsal, merge, eval, the two dashboards, the sandbox
     for cmd in calls:
-        args = parser.parse_args(cmd[1:])
-        if args.recipe:
+        args = parser.parse_args([_interpolate(str(c), {}) for c in cmd[1:]])  # as compose fills in its defaults
+        if args.command == "sandbox":
+            assert callable(args.func)
+        elif args.recipe:
             load_recipe(args.recipe)
         else:
             assert args.command == "dashboard" and args.run

@@ -29,6 +29,8 @@ HERE = Path(__file__).parent
 SANDBOX_PYTHON = project_root() / ".venv-sandbox" / "bin" / "python"
 UID_BASE = 61000
 SLOTS = 3
+# In the server's environment: no execution may ever see it (test_hostile.py).
+CANARY = ("NPU_RL_TEST_CANARY", "canary-7f3a")
 
 
 def _needs() -> None:
@@ -40,7 +42,8 @@ def _needs() -> None:
 
 class Server:
     def __init__(self, argv: list[str]):
-        self.proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        env = {**os.environ, CANARY[0]: CANARY[1]}
+        self.proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
         line = self.proc.stdout.readline()
         if "serving http://" not in line:
             self.proc.kill()

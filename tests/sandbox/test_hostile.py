@@ -10,7 +10,7 @@ import threading
 import time
 
 import pytest
-from conftest import sandbox_processes, wait_no_sandbox_processes
+from conftest import CANARY, sandbox_processes, wait_no_sandbox_processes
 
 pytestmark = [pytest.mark.slow, pytest.mark.setup, pytest.mark.timeout(300)]
 UID_BASE = 61000  # this module's slot users (tests/sandbox/conftest.py)
@@ -45,6 +45,25 @@ def test_the_servers_environment_is_out_of_reach(server, drill):
     bare = drill("pid", "user", "userns")
     leaked = bare.run(code.replace(str(server.proc.pid), str(bare.proc.pid)))["run_result"]["stdout"]
     assert leaked.startswith("READ"), leaked
+
+
+ENVIRONS = """
+import os
+seen = [open("/proc/self/environ", "rb").read()] + [repr(dict(os.environ)).encode()]
+for pid in (p for p in os.listdir("/proc") if p.isdigit()):
+    try:
+        seen.append(open(f"/proc/{pid}/environ", "rb").read())
+    except OSError:
+        pass
+print("SEEN", len(seen), b"".join(seen).decode(errors="replace"))
+"""
+
+
+def test_no_process_of_the_jail_carries_the_servers_environment(server, drill):
+    # bwrap's first process stays in the jail as its pid 1: what it was started with is there to read.
+    out = server.run(ENVIRONS)["run_result"]["stdout"]
+    assert out.startswith("SEEN") and CANARY[1] not in out, out[:2000]
+    assert CANARY[1] in drill("env").run(ENVIRONS)["run_result"]["stdout"]
 
 
 CONNECT = """
