@@ -19,6 +19,12 @@ dies with "bind: Address already in use". Each node npu-rl starts therefore gets
   (npu_rl.cluster.rayauth).
 
 Options the user passes in ``--ray-args`` win: a port or temp dir given there is not chosen again.
+
+A port chosen free is bound by Ray only seconds later, and another node starting on the host meanwhile may
+choose it too (seen: a head's client-server port chosen again as its worker's metrics port, whose dashboard
+agent then died with "Address already in use", and the raylet with it). Each choice is therefore claimed
+host-wide for as long as the process that chose it lives (``CLAIMS``: a file per port naming its pid,
+created exclusively), and a port another live process claims is not chosen.
 """
 
 from __future__ import annotations
@@ -51,6 +57,8 @@ HEAD_PORT_ENV = ("AUTOSCALER_METRIC_PORT", "DASHBOARD_METRIC_PORT")
 WORKER_PORTS = ("--min-worker-port=0", "--max-worker-port=0")
 RANGE_ENV = "NPU_RL_RAY_PORTS"
 TMPDIR_ENV = "NPU_RL_RAY_TMPDIR"
+# One file per claimed port, holding the claiming process's pid; sticky like /tmp, for every user's nodes.
+CLAIMS = Path(tempfile.gettempdir()) / "npu-rl-port-claims"
 _LOWEST = 20000  # above the fixed ports of well-known services and Ray's own defaults (6379, 8265, 10001-19999)
 
 
@@ -97,10 +105,56 @@ def choose_ports(
                 s.bind((host, port))
             except OSError:
                 continue
+            if not claim(port):
+                continue
             chosen.append(port)
     if len(chosen) < n:
         raise UserError(f"only {len(chosen)} of the {n} Ray ports this node needs are free in {first}-{last}")
     return chosen
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True  # another user's live process
+    return True
+
+
+def claim(port: int, pid: int | None = None) -> bool:
+    """Whether ``port`` is now this process's (``pid``) on this host: claimed anew, already its own, or taken
+    over from a process that is gone. Without a writable claims directory every port counts as claimed."""
+    pid = os.getpid() if pid is None else pid
+    path = CLAIMS / str(port)
+    try:
+        CLAIMS.mkdir(mode=0o1777, exist_ok=True)
+        with contextlib.suppress(PermissionError):
+            CLAIMS.chmod(0o1777)
+    except OSError:
+        return True
+    for _ in range(2):
+        try:
+            fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
+        except FileExistsError:
+            try:
+                owner = int(path.read_text() or 0)
+            except (OSError, ValueError):
+                owner = 0
+            if owner == pid:
+                return True
+            if owner and _alive(owner):
+                return False
+            with contextlib.suppress(OSError):
+                path.unlink()  # its process is gone: claim it again
+            continue
+        except OSError:
+            return True
+        with os.fdopen(fd, "w") as f:
+            f.write(str(pid))
+        return True
+    return False
 
 
 def _given(extra: Sequence[str], flag: str) -> bool:

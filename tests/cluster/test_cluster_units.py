@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import shlex
 import socket
 import time
@@ -239,3 +240,28 @@ def test_counts_come_from_the_recipe_when_not_given(clean_env):
     assert resolve_counts(
         Namespace(nodes=3, devices=4, recipe="deepseek_r1_671b_a3", set=None), Placement("volcano", nnodes=2)
     ) == (3, 4)
+
+
+def test_a_port_another_live_process_claimed_is_not_chosen(tmp_path, monkeypatch):
+    """Two nodes starting on one host choose their ports seconds before Ray binds them: a port one of them
+    claimed is never the other's (npu_rl.cluster.rayports.CLAIMS), and a claim whose process is gone is taken."""
+    import subprocess
+    import sys
+
+    from npu_rl.cluster import rayports
+
+    monkeypatch.setattr(rayports, "CLAIMS", tmp_path / "claims")
+    other = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    try:
+        first, last = 40100, 40109
+        for port in range(first, last):  # all but one claimed by another live process
+            assert rayports.claim(port, pid=other.pid)
+        assert rayports.choose_ports(1, (first, last)) == [last]
+        with pytest.raises(UserError):
+            rayports.choose_ports(2, (first, last))
+    finally:
+        other.kill()
+        other.wait()
+    # Its process gone, its claims are free to take.
+    assert sorted(rayports.choose_ports(10, (first, last))) == list(range(first, last + 1))
+    assert (tmp_path / "claims" / str(first)).read_text() == str(os.getpid())

@@ -7,7 +7,6 @@ real server contains gets through without them.
 
 from __future__ import annotations
 
-import json
 import os
 import shutil
 import signal
@@ -15,13 +14,12 @@ import subprocess
 import sys
 import tempfile
 import time
-import urllib.error
-import urllib.request
 from pathlib import Path
 
 import psutil
 import pytest
 from needs import missing_setup
+from sandbox_attacks import Client
 
 from npu_rl.paths import project_root
 
@@ -40,7 +38,7 @@ def _needs() -> None:
         missing_setup("the sandbox's interpreter", "make sandbox-venv")
 
 
-class Server:
+class Server(Client):
     def __init__(self, argv: list[str]):
         env = {**os.environ, CANARY[0]: CANARY[1]}
         self.proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
@@ -48,25 +46,7 @@ class Server:
         if "serving http://" not in line:
             self.proc.kill()
             raise AssertionError(f"the sandbox did not start: {line}{self.proc.stderr.read()[-2000:]}")
-        self.url = line.split("serving ")[1].split("/run_code")[0]
-
-    def post(self, body, timeout: float = 120) -> tuple[int, dict]:
-        data = body if isinstance(body, bytes) else json.dumps(body).encode()
-        req = urllib.request.Request(self.url + "/run_code", data=data, headers={"Content-Type": "application/json"})
-        try:
-            with urllib.request.urlopen(req, timeout=timeout) as r:
-                return r.status, json.loads(r.read())
-        except urllib.error.HTTPError as e:
-            return e.code, json.loads(e.read())
-
-    def run(self, code: str, language: str = "python", **fields) -> dict:
-        status, answer = self.post({"code": code, "language": language, "run_timeout": 10, **fields})
-        assert status == 200, answer
-        return answer
-
-    def health(self) -> dict:
-        with urllib.request.urlopen(self.url + "/health", timeout=30) as r:
-            return json.loads(r.read())
+        super().__init__(line.split("serving ")[1].split("/run_code")[0])
 
     def stop(self) -> int:
         if self.proc.poll() is None:

@@ -11,34 +11,36 @@ import time
 
 import pytest
 from conftest import CANARY, sandbox_processes, wait_no_sandbox_processes
+from sandbox_attacks import (
+    ALLOC,
+    CONNECT,
+    ELSEWHERE,
+    ENVIRONS,
+    ESCAPE,
+    FILL,
+    FORKS,
+    KEYRING,
+    LEAVE,
+    LOOK,
+    MEMFD,
+    PRINT,
+    read_code,
+)
 
 pytestmark = [pytest.mark.slow, pytest.mark.setup, pytest.mark.timeout(300)]
 UID_BASE = 61000  # this module's slot users (tests/sandbox/conftest.py)
 
-READ = """
-import sys
-for path in sys.argv[1:] or {paths!r}:
-    try:
-        print("READ", path, open(path).read())
-    except OSError as e:
-        print("DENIED", path, type(e).__name__)
-"""
-
-
-def _read(paths: list[str]) -> str:
-    return READ.format(paths=paths)
-
 
 def test_the_files_of_a_run_beside_it_are_not_there(server, drill, beside_a_run):
     paths = [str(beside_a_run / "ray/auth_token"), str(beside_a_run / "checkpoints/global_step_1/model.pt")]
-    out = server.run(_read(paths))["run_result"]["stdout"]
+    out = server.run(read_code(paths))["run_result"]["stdout"]
     assert "SECRET" not in out and out.count("DENIED") == 2, out
-    leaked = drill("mounts").run(_read(paths))["run_result"]["stdout"]
+    leaked = drill("mounts").run(read_code(paths))["run_result"]["stdout"]
     assert leaked.count("SECRET") == 2, leaked
 
 
 def test_the_servers_environment_is_out_of_reach(server, drill):
-    code = _read([f"/proc/{server.proc.pid}/environ"]).replace("open(path).read()", "len(open(path).read())")
+    code = read_code([f"/proc/{server.proc.pid}/environ"]).replace("open(path).read()", "len(open(path).read())")
     out = server.run(code)["run_result"]["stdout"]
     assert "DENIED" in out and "FileNotFoundError" in out, out  # not even there: its own PID namespace
     # The PID namespace, the slot's own user and the user namespace each stand in the way alone.
@@ -47,37 +49,11 @@ def test_the_servers_environment_is_out_of_reach(server, drill):
     assert leaked.startswith("READ"), leaked
 
 
-ENVIRONS = """
-import os
-seen = [open("/proc/self/environ", "rb").read()] + [repr(dict(os.environ)).encode()]
-for pid in (p for p in os.listdir("/proc") if p.isdigit()):
-    try:
-        seen.append(open(f"/proc/{pid}/environ", "rb").read())
-    except OSError:
-        pass
-print("SEEN", len(seen), b"".join(seen).decode(errors="replace"))
-"""
-
-
 def test_no_process_of_the_jail_carries_the_servers_environment(server, drill):
     # bwrap's first process stays in the jail as its pid 1: what it was started with is there to read.
     out = server.run(ENVIRONS)["run_result"]["stdout"]
     assert out.startswith("SEEN") and CANARY[1] not in out, out[:2000]
     assert CANARY[1] in drill("env").run(ENVIRONS)["run_result"]["stdout"]
-
-
-CONNECT = """
-import socket
-try:
-    socket.create_connection(("127.0.0.1", {port}), timeout=3).sendall(b"hello from the sandbox")
-    print("CONNECTED")
-except OSError as e:
-    print("REFUSED", type(e).__name__)
-try:
-    print("RESOLVED", socket.getaddrinfo("pypi.org", 443)[0][4])
-except OSError as e:
-    print("UNRESOLVED", type(e).__name__)
-"""
 
 
 @pytest.fixture
@@ -114,21 +90,6 @@ def test_no_network_not_the_hosts_loopback_nor_dns(server, drill, host_port):
     assert "RESOLVED" in out, out
 
 
-FORKS = """
-import os, time
-n = 0
-for _ in range({n}):
-    try:
-        if os.fork() == 0:
-            time.sleep(30)
-            os._exit(0)
-        n += 1
-    except OSError:
-        break
-print("FORKED", n)
-"""
-
-
 def test_a_fork_bomb_ends_at_the_process_limit(server, drill):
     bomb = server.run(":(){ :|:& };:", "bash", run_timeout=3)
     assert bomb["run_result"]["status"] in ("Finished", "TimeLimitExceeded"), bomb
@@ -139,34 +100,12 @@ def test_a_fork_bomb_ends_at_the_process_limit(server, drill):
     assert int(unlimited.split()[-1]) == 300, unlimited
 
 
-ALLOC = """
-try:
-    block = bytearray({mb} << 20)
-    print("ALLOCATED", len(block) >> 20)
-except MemoryError:
-    print("REFUSED")
-"""
-
-
 def test_memory_past_the_requests_limit_is_refused(server, drill):
     out = server.run(ALLOC.format(mb=256), memory_limit_MB=128)["run_result"]["stdout"]
     assert out.strip() == "REFUSED", out
     assert server.run(ALLOC.format(mb=32), memory_limit_MB=128)["run_result"]["stdout"].strip() == "ALLOCATED 32"
     out = drill("rlimits").run(ALLOC.format(mb=256), memory_limit_MB=128)["run_result"]["stdout"]
     assert out.strip() == "ALLOCATED 256", out
-
-
-MEMFD = """
-import os
-try:
-    fds = [os.memfd_create(str(i)) for i in range(3)]
-    for fd in fds:
-        for _ in range(64):
-            os.write(fd, b"x" * (1 << 20))
-    print("HELD", sum(os.fstat(fd).st_size for fd in fds) >> 20)
-except OSError as e:
-    print("REFUSED", e.errno)
-"""
 
 
 def test_memory_held_in_memfds_past_the_limit_is_refused(server, drill):
@@ -177,35 +116,10 @@ def test_memory_held_in_memfds_past_the_limit_is_refused(server, drill):
     assert out.strip() == "HELD 192", out
 
 
-KEYRING = """
-import ctypes, platform
-libc = ctypes.CDLL(None, use_errno=True)
-keyctl = {"x86_64": 250, "aarch64": 219}[platform.machine()]
-# KEYCTL_GET_KEYRING_ID of the session keyring: the kernel's keyrings are not namespaced.
-got = libc.syscall(keyctl, 0, -3, 0)
-print("KEYRING", got if got >= 0 else -ctypes.get_errno())
-"""
-
-
 def test_the_kernel_keyrings_are_out_of_reach(server, drill):
     assert server.run(KEYRING)["run_result"]["stdout"].strip() == "KEYRING -1"  # EPERM
     out = drill("seccomp", "keyring").run(KEYRING)["run_result"]["stdout"]
     assert int(out.split()[-1]) > 0, out
-
-
-ESCAPE = """
-import os, subprocess, sys, time
-# A child in a session of its own, and a grandchild double-forked away from it: both loop for ever.
-subprocess.Popen([sys.executable, "-c", "while True: pass"], start_new_session=True)
-if os.fork() == 0:
-    os.setsid()
-    if os.fork() == 0:
-        while True:
-            time.sleep(1)
-    os._exit(0)
-while True:
-    pass
-"""
 
 
 def test_a_setsid_child_dies_with_its_execution(server, drill):
@@ -223,9 +137,6 @@ def test_a_setsid_child_dies_with_its_execution(server, drill):
     assert len(escaped) >= 1, escaped
 
 
-PRINT = "import sys\nsys.stdout.write('x' * (100 << 20))\nprint('END', file=sys.stderr)"
-
-
 def test_a_100_mb_print_is_cut_and_marked(server, drill):
     run = server.run(PRINT)["run_result"]
     assert run["status"] == "Finished" and run["return_code"] == 0, run["stderr"]
@@ -234,32 +145,6 @@ def test_a_100_mb_print_is_cut_and_marked(server, drill):
     assert run["stderr"] == "END\n"
     whole = drill("output").run(PRINT)["run_result"]["stdout"]
     assert len(whole) == 100 << 20
-
-
-FILL = """
-import os
-written = 0
-try:
-    for i in range({files}):
-        with open(f"fill{{i}}", "wb") as f:
-            for _ in range(8):
-                f.write(b"x" * (1 << 20))
-                written += 1 << 20
-except OSError as e:
-    print("STOPPED", type(e).__name__, e.errno)
-print("WRITTEN", written >> 20)
-"""
-
-
-ELSEWHERE = """
-import errno
-for path in ("/x", "/usr/x", "/dev/x", "/proc/x"):
-    try:
-        open(path, "wb").write(b"x" * (1 << 20))
-        print("WROTE", path)
-    except OSError as e:
-        print("REFUSED", path, errno.errorcode[e.errno])
-"""
 
 
 def test_filling_the_disk_stops_at_the_working_directorys_size(server, drill, shared_dir):
@@ -273,10 +158,6 @@ def test_filling_the_disk_stops_at_the_working_directorys_size(server, drill, sh
     assert "WROTE /x" in drill("readonly").run(ELSEWHERE)["run_result"]["stdout"]
     out = drill("tmpfs", shared_dir=shared_dir).run(FILL.format(files=12))["run_result"]["stdout"]
     assert "STOPPED" not in out and int(out.split()[-1]) == 96, out  # past the 64 MiB it would have had
-
-
-LEAVE = "open('left_behind', 'w').write('x'); open('/tmp/left_behind', 'w').write('x')"
-LOOK = "import os; print(os.path.exists('left_behind'), os.path.exists('/tmp/left_behind'), sorted(os.listdir('.')))"
 
 
 def test_no_run_sees_a_file_another_left(server, drill, shared_dir):
