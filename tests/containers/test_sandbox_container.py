@@ -79,7 +79,7 @@ def test_the_sandbox_service_contains_the_attacks_in_its_container(tmp_path):
             pytest.fail("the sandbox never answered: " + compose("logs", "sandbox", timeout=60).stdout[-3000:])
         run = sandbox.run
         # The container's own secrets and what a workspace would hold are not in the jail's root.
-        out = run(read_code(["/proc/1/environ", "/etc/hostname", "/workspace", "/opt/npu-rl/pyproject.toml"]))
+        out = run(read_code(["/etc/passwd", "/etc/hostname", "/workspace", "/opt/npu-rl/pyproject.toml"]))
         assert out["run_result"]["stdout"].count("DENIED") == 4, out
         assert "NPU_RL_SANDBOX_PYTHON" not in run(ENVIRONS)["run_result"]["stdout"]
         assert "CONNECTED" not in run(CONNECT_ANY)["run_result"]["stdout"]
