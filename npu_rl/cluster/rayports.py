@@ -29,6 +29,7 @@ created exclusively), and a port another live process claims is not chosen.
 
 from __future__ import annotations
 
+import atexit
 import contextlib
 import os
 import random
@@ -153,8 +154,23 @@ def claim(port: int, pid: int | None = None) -> bool:
             return True
         with os.fdopen(fd, "w") as f:
             f.write(str(pid))
+        if pid == os.getpid():
+            _mine.append(path)
+            if len(_mine) == 1:
+                atexit.register(_release)
         return True
     return False
+
+
+_mine: list[Path] = []
+
+
+def _release() -> None:
+    """This process's claims, withdrawn as it exits (a killed one's are taken over by the next chooser)."""
+    for path in _mine:
+        with contextlib.suppress(OSError, ValueError):
+            if int(path.read_text()) == os.getpid():
+                path.unlink()
 
 
 def _given(extra: Sequence[str], flag: str) -> bool:

@@ -265,3 +265,16 @@ def test_a_port_another_live_process_claimed_is_not_chosen(tmp_path, monkeypatch
     # Its process gone, its claims are free to take.
     assert sorted(rayports.choose_ports(10, (first, last))) == list(range(first, last + 1))
     assert (tmp_path / "claims" / str(first)).read_text() == str(os.getpid())
+
+
+def test_a_process_withdraws_its_claims_as_it_exits(tmp_path):
+    import subprocess
+    import sys
+
+    code = (
+        "import sys; from pathlib import Path; from npu_rl.cluster import rayports; "
+        "rayports.CLAIMS = Path(sys.argv[1]); print(rayports.choose_ports(3, (40200, 40299)))"
+    )
+    out = subprocess.run([sys.executable, "-c", code, str(tmp_path)], capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0 and len(eval(out.stdout)) == 3, out.stderr
+    assert list(tmp_path.iterdir()) == []
