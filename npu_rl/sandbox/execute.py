@@ -92,17 +92,15 @@ def _text(data: bytes, total: int, cap: int) -> str:
     return text
 
 
-def _status(raw: bytes) -> tuple[int | None, int | None]:
-    """(the child's pid, its exit code) from bwrap's --json-status-fd documents."""
-    pid = code = None
+def _exit_code(raw: bytes) -> int | None:
+    """The code's exit code from bwrap's --json-status-fd documents; None where bwrap reported none."""
+    code = None
     for line in raw.decode(errors="replace").splitlines():
         try:
-            doc = json.loads(line)
+            code = json.loads(line).get("exit-code", code)
         except ValueError:
             continue
-        pid = doc.get("child-pid", pid)
-        code = doc.get("exit-code", code)
-    return pid, code
+    return code
 
 
 class Executor:
@@ -182,7 +180,7 @@ class Executor:
                 os.set_blocking(f.fileno(), False)
                 raw = f.read() or b""
         (out, out_n), (err, err_n) = [r.result() if r in done else (b"", 0) for r in readers]
-        _, code = _status(raw)
+        code = _exit_code(raw)
         if code is None and not timed_out:
             # bwrap failed before the code ran (it reports no exit code then): its own message is on stderr.
             return Outcome(error="the sandbox could not start: " + err.decode(errors="replace").strip()[-300:])
