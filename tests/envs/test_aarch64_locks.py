@@ -75,6 +75,11 @@ def test_every_line_of_an_ascend_lock_installs_on_aarch64(name, tmp_path):
         "--ignore-installed",
         "--no-deps",
         "--require-hashes",
+        # An sdist's metadata from the build tools here: isolated, pip would first install each sdist's build
+        # requirements for this machine (arctic-inference's: torch 2.7.0 and a backtrack through grpcio-tools,
+        # a minute of downloads and gigabytes on disk, which once failed CI midway); the wheel that the
+        # files' names are checked for is the image's build's, not this.
+        "--no-build-isolation",
         "--quiet",
         "--report",
         str(report),
