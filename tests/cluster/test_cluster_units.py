@@ -262,8 +262,9 @@ def test_a_port_another_live_process_claimed_is_not_chosen(tmp_path, monkeypatch
     finally:
         other.kill()
         other.wait()
-    # Its process gone, its claims are free to take.
-    assert sorted(rayports.choose_ports(10, (first, last))) == list(range(first, last + 1))
+    # Its process gone, its claims are free to take (claimed directly: a port of this range may be bound by
+    # whatever else runs here, which choose_ports rightly skips; make test once saw one).
+    assert all(rayports.claim(port) for port in range(first, last))
     assert (tmp_path / "claims" / str(first)).read_text() == str(os.getpid())
 
 

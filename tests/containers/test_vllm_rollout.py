@@ -6,9 +6,9 @@ One workspace, each run through docker-compose against the image:
   a resumed run's crash, which the CPU platform's setting (prefix caching off) avoids;
 - the demo, short: a head-size-32 tiny model, GRPO through the launcher with the vLLM engine in each of the
   two FSDP workers (weights synced into it every step), the consistency gate at step 1 on vLLM's own
-  log-probs, a checkpoint, merge, eval and the report; then its run resumed on one node, 2 -> 6 steps, into
-  new engines with the gate passing again at the run's first step and the steps after it decoding on (the
-  2-node resume: tests/cluster/test_multinode_vllm.py);
+  log-probs, a checkpoint, merge, eval and the report; then its run resumed twice on one node, 2 -> 4 -> 8
+  steps, each time into new engines with the gate passing again at the run's first step (the 2-node resume:
+  tests/cluster/test_multinode_vllm.py);
 - the gate's drill that only its correlation catches (every weight sync into vLLM loads nothing): the run
   stops at its first step, before the optimizer step, with exit INCONSISTENT (a sync landing with noise, which
   the mean difference catches, is drilled on the hf rollout: tests/e2e/test_consistency_gate.py);
@@ -40,8 +40,7 @@ REPO = Path(__file__).resolve().parents[2]
 SERVICE = "cpu-vllm-demo"
 # The demo's steps, then the totals its run is resumed to (each run's first step is gated).
 STEPS = 2
-# 6: the resumed run's second step is the one IPEX's decode once killed (steps 3 to 6 decode on).
-RESUMED_TO = 6
+RESUMED_TO = (4, 8)
 # The demo's paths inside the container (compose's command: --workdir /workspace/demo-vllm).
 DEMO_DIR = "demo-vllm"
 TRAIN = ["npu-rl", "train", "--recipe", "tiny_math_cpu", "--set", "rollout.name=vllm"]
@@ -177,19 +176,22 @@ def test_the_engine_as_the_cpu_patch_builds_it_decodes_a_batch_sharing_a_prefix(
     assert patched["differ"] == [], patched
 
 
-def test_the_demos_run_resumes_into_new_engines(demo):
-    """2 steps (the demo's), then 6: `npu-rl train` resumes from the newest checkpoint with new vLLM engines,
-    the weights synced into them before the first rollout, and trains on."""
-    code, log = demo.train({"algorithm.total_training_steps": RESUMED_TO})
-    assert code == 0, log[-4000:]
-    assert f"resuming tiny_math_cpu from global_step_{STEPS}" in log, log[-3000:]
-    assert shown_steps(log) == list(range(STEPS + 1, RESUMED_TO + 1)), log[-3000:]
-    assert f"npu-rl: consistency gate at step {STEPS + 1}: rollout probs diff mean " in log, log[-3000:]
-    assert "Traceback" not in log and "npu-rl: error" not in log
-    gate = json.loads((demo.run_dir / "logs" / "npu_rl_demo" / "tiny_math_cpu" / "consistency.json").read_text())
-    assert [(v["step"], v["ok"]) for v in gate["steps"]] == [(STEPS + 1, True)], gate
+def test_the_demos_run_resumes_into_new_engines_twice(demo):
+    """2 steps (the demo's), then 4, then 8: each `npu-rl train` resumes from the newest checkpoint with new
+    vLLM engines, the weights synced into them before the first rollout, and trains on."""
+    done = STEPS
+    for total in RESUMED_TO:
+        code, log = demo.train({"algorithm.total_training_steps": total})
+        assert code == 0, log[-4000:]
+        assert f"resuming tiny_math_cpu from global_step_{done}" in log, log[-3000:]
+        assert shown_steps(log) == list(range(done + 1, total + 1)), log[-3000:]
+        assert f"npu-rl: consistency gate at step {done + 1}: rollout probs diff mean " in log, log[-3000:]
+        assert "Traceback" not in log and "npu-rl: error" not in log
+        gate = json.loads((demo.run_dir / "logs" / "npu_rl_demo" / "tiny_math_cpu" / "consistency.json").read_text())
+        assert [(v["step"], v["ok"]) for v in gate["steps"]] == [(done + 1, True)], gate
+        done = total
     ckpts = demo.run_dir / "checkpoints" / "npu_rl_demo" / "tiny_math_cpu"
-    assert sorted(int(d.name.rsplit("_", 1)[1]) for d in ckpts.glob("global_step_*"))[-1] == RESUMED_TO
+    assert sorted(int(d.name.rsplit("_", 1)[1]) for d in ckpts.glob("global_step_*"))[-1] == RESUMED_TO[-1]
 
 
 ACTOR_TAGS = ("actor/pg_loss", "actor/kl_loss", "actor/pg_clipfrac", "actor/grad_norm", "actor/entropy")
