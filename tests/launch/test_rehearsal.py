@@ -29,10 +29,11 @@ pytestmark = [pytest.mark.slow, pytest.mark.timeout(600)]
 # Rehearsed elsewhere on this line through the same `npu-rl train --rehearse`, not here (each rehearsal takes
 # 40-90 s of CI's two cores): the 1-card Qwen2.5 recipe in the A2 image through compose's rehearse-qwen, and
 # DeepSeek-R1 in the A3 image (tests/containers/test_ascend_images.py, both checking the rehearsal's report);
-# the 4-card Qwen2.5 recipe differs from the 1-card one only in its world size, which Qwen3-32B's 2 x 16 cards
-# exceed; Qwen3-235B takes DeepSeek's path (megatron with expert parallel, the reshard, many nodes) and
-# rehearses on the cann9.1-verl0.9 line (test_rehearsal_on_lines.py); the tiny recipe trains through the same
-# launch (the smoke run, tests/smoke).
+# the 4-card Qwen2.5 recipe differs from the 1-card one only in its world size, whose placement on several
+# devices Qwen3-32B's 2 x 16 cards take here; Qwen3-235B takes DeepSeek's path (megatron with expert parallel,
+# the reshard, many nodes) and rehearses on the cann9.1-verl0.9 line (test_rehearsal_on_lines.py); the tiny
+# recipe trains through the same launch (the smoke run, tests/smoke). Qwen3-32B (megatron TP8/PP2/CP2, the
+# only dense megatron recipe, with context parallel) rehearses here.
 LIKE_ANOTHER = {
     "deepseek_r1_671b_a3",
     "qwen2_5_1_5b_math_a2_1card",

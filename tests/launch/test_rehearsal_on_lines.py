@@ -90,15 +90,12 @@ def _rehearse(ws: Path, exe: Path, name: str) -> subprocess.CompletedProcess:
 # in the line's image through its compose file (tests/containers/test_line_images.py). DeepSeek-R1 is the
 # seeds' A3 recipe: on this line the Qwen3-235B recipe takes the same path (megatron with expert parallel,
 # the reshard, the old_log_prob skip as bypass mode, 64 cards), and the reshard's verl 0.9.0 sync runs on
-# both architectures (tests/reshard/test_patch_verl09.py). Qwen3-32B (FSDP on 2 x 16 cards) takes the
-# Qwen2.5 recipe's FSDP path in the line's image and Qwen3-235B's placement on several nodes here, and
-# rehearses on the seeds' line (test_rehearsal.py).
+# both architectures (tests/reshard/test_patch_verl09.py).
 LIKE_ANOTHER = {
     "deepseek_r1_671b_a3",
     "qwen2_5_1_5b_math_a2_1card",
     "qwen2_5_1_5b_math_a2_1card_verl09",
     "qwen2_5_1_5b_math_a2_4card",
-    "qwen3_32b_grpo_a3",
     "tiny_math_cpu",
 }
 
