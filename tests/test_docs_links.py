@@ -123,3 +123,11 @@ def test_a_broken_link_is_found(tmp_path: Path):
 )
 def test_github_slug(heading: str, anchor: str):
     assert slug(heading) == anchor
+
+
+def test_the_readme_starts_with_the_two_commands_and_stays_short():
+    # The front page: `make demo` and `make test` first, the rest in docs/ (at most 200 lines).
+    lines = (REPO / "README.md").read_text(encoding="utf-8").splitlines()
+    assert len(lines) <= 200, len(lines)
+    first = [ln.split("#")[0].strip() for ln in lines[:6] if ln.startswith("make ")]
+    assert first == ["make demo", "make test"], lines[:6]
