@@ -31,3 +31,16 @@ def recipes_dir() -> Path:
 def workspace() -> Path:
     """Directory that relative recipe paths (models, data, checkpoints, logs) resolve against."""
     return Path(os.environ.get("NPU_RL_WORKSPACE", os.getcwd())).resolve()
+
+
+SANDBOX_PYTHON_ENV = "NPU_RL_SANDBOX_PYTHON"
+
+
+def sandbox_python() -> str | None:
+    """The interpreter `npu-rl sandbox serve` runs the code with when none is given: $NPU_RL_SANDBOX_PYTHON,
+    else the checkout's .venv-sandbox (`make sandbox-venv`); None where neither is there."""
+    given = os.environ.get(SANDBOX_PYTHON_ENV)
+    if given:
+        return given
+    local = project_root() / ".venv-sandbox" / "bin" / "python"
+    return str(local) if local.exists() else None

@@ -7,37 +7,12 @@ import os
 from pathlib import Path
 
 from ..errors import UserError
-from ..paths import project_root
+from ..paths import SANDBOX_PYTHON_ENV as PYTHON_ENV
+from ..paths import sandbox_python
 from . import options
 from .argtypes import port, positive_int
 
 DEFAULT_PORT = 8080  # SandboxFusion's
-PYTHON_ENV = "NPU_RL_SANDBOX_PYTHON"
-# The probe every start runs through the jail it will use: the interpreter and its libraries, and bash.
-PROBE = ("import numpy, sympy; print(int(sympy.Integer(6) * int(numpy.int64(7))))", "42")
-# What bwrap's refusal means in a container, and the setting that lifts it (docs/sandbox.md).
-HINTS = (
-    (
-        "Can't mount proc",
-        "the container's /proc is masked; start it with docker's --security-opt systempaths=unconfined, podman's "
-        "--security-opt unmask=ALL, or Kubernetes' securityContext.procMount: Unmasked",
-    ),
-    (
-        "namespace",
-        "user namespaces are refused here: user.max_user_namespaces must be above 0 (and Ubuntu 24.04's "
-        "kernel.apparmor_restrict_unprivileged_userns 0), and a container's seccomp profile must allow unshare "
-        "(docker: --security-opt seccomp=unconfined)",
-    ),
-    ("uid map", "user namespaces are refused here: user.max_user_namespaces must be above 0"),
-)
-
-
-def hint(fault: str) -> str:
-    """``fault`` with what lifts it, where it is one a container or a kernel setting makes."""
-    for needle, fix in HINTS:
-        if needle in fault:
-            return f"{fault} ({fix})"
-    return fault
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -80,21 +55,17 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def _python(args: argparse.Namespace) -> str:
-    given = args.python or os.environ.get(PYTHON_ENV)
-    if given:
-        return given
-    local = project_root() / ".venv-sandbox" / "bin" / "python"
-    if local.exists():
-        return str(local)
-    raise UserError(f"sandbox: no interpreter for the code: make sandbox-venv, or --python PATH (${PYTHON_ENV})")
+    python = args.python or sandbox_python()
+    if python is None:
+        raise UserError(f"sandbox: no interpreter for the code: make sandbox-venv, or --python PATH (${PYTHON_ENV})")
+    return python
 
 
 def _serve(args: argparse.Namespace) -> int:
-    import asyncio
-
     from ..sandbox import jail as jails  # lazy: the job
     from ..sandbox.execute import Executor  # lazy: the job
-    from ..sandbox.request import Caps, RunCodeRequest  # lazy: the job
+    from ..sandbox.probe import isolation_fault  # lazy: the job
+    from ..sandbox.request import Caps  # lazy: the job
     from ..sandbox.service import Service, serve  # lazy: the job
 
     queue = 8 * args.slots if args.queue is None else args.queue
@@ -118,18 +89,9 @@ def _serve(args: argparse.Namespace) -> int:
     except jails.JailUnavailable as e:
         raise UserError(f"sandbox: {e}") from None
 
-    async def probe() -> str | None:
-        executor = Executor(jail, caps, 1)
-        outcome = await executor.run(RunCodeRequest(code=PROBE[0], run_timeout=min(30.0, caps.max_run_timeout)))
-        if outcome.run is None:
-            return outcome.error
-        if outcome.run.stdout.strip() != PROBE[1]:
-            return (outcome.run.stderr.strip().splitlines() or ["no output"])[-1]
-        return None
-
-    fault = asyncio.run(probe())
+    fault = isolation_fault(jail, caps)
     if fault:
-        raise UserError(f"sandbox: no execution can be isolated here, so none is run: {hint(fault)}")
+        raise UserError(f"sandbox: no execution can be isolated here, so none is run: {fault}")
 
     def ready(url: str) -> None:
         print(

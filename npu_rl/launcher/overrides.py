@@ -16,6 +16,7 @@ from ..patches.verl_platforms import CPU as VERL_CPU_PLATFORM
 from ..patches.verl_platforms import NPU as VERL_NPU_PLATFORM
 from ..platform import cpu_isa
 from ..recipe.schema import Recipe
+from ..sandbox import client as sandbox_client
 from .hydra import hydra_value
 from .megatron import megatron_env, megatron_overrides, megatron_patches
 from .releases import (
@@ -337,6 +338,8 @@ def run_env(recipe: Recipe, start_step: int | None) -> dict[str, str]:
         env["VLLM_DP_SIZE"] = str(recipe.rollout.data_parallel_size)
     if recipe.actor.strategy == "megatron":
         env.update(megatron_env(recipe))
+    if recipe.sandbox.enabled:
+        env[sandbox_client.URL_ENV] = recipe.sandbox.run_code_url
     return env
 
 

@@ -24,9 +24,11 @@ from ..cluster.probe import port_free
 from ..errors import UserError
 from ..model.fetch import check_model_dir
 from ..patches.guard import unsupported
+from ..paths import sandbox_python
 from ..platform import aclgraph
 from ..platform.doctor import CheckResult, Context, GiB, Host, fail, gib, ok, run_host_checks
 from ..recipe.schema import Recipe
+from ..sandbox import client as sandbox_client
 from .overrides import reward_function_path
 from .verl_config import check_argv
 
@@ -220,10 +222,82 @@ def check_ports(ctx: JobContext) -> CheckResult:
     return ok("ports", f"{len(ports)} free" if ports else "none needed")
 
 
+def _progress(message: str) -> None:
+    print(f"npu-rl: {message}", file=sys.stderr)
+
+
+def _sandbox_fix(recipe: Recipe) -> str:
+    sb = recipe.sandbox
+    if sb.url is not None:
+        return (
+            f"start the sandbox that serves {sb.url} (Kubernetes: the job's sandbox pods, "
+            "`kubectl logs -l npu-rl/role=sandbox` says why one stopped), or set sandbox.url to one that runs"
+        )
+    return f"start it beside the run: `npu-rl sandbox serve --port {sb.port}` (docs/sandbox.md)"
+
+
+def check_sandbox(ctx: JobContext) -> CheckResult:
+    """The recipe's sandbox answers now (a launch waits for it first: :func:`check_launch`)."""
+    sb = ctx.recipe.sandbox
+    if not sb.enabled:
+        return ok("sandbox", "not used")
+    why = sandbox_client.unanswered(sb.run_code_url)
+    if why is not None:
+        return fail("sandbox", why, _sandbox_fix(ctx.recipe))
+    return ok("sandbox", f"{sb.run_code_url} answers")
+
+
+def check_sandbox_isolation(ctx: JobContext) -> CheckResult:
+    """Where the recipe's sandbox is npu-rl's own on this host: can an execution be isolated here (the probe
+    `npu-rl sandbox serve` runs before it serves: user namespaces, an unmasked /proc, seccomp and AppArmor
+    letting bwrap unshare, root for the slots' users)."""
+    sb = ctx.recipe.sandbox
+    if not sb.enabled or sb.url is not None:
+        return ok("sandbox host", "not here" if sb.enabled else "not used")
+    from ..sandbox import jail as jails  # lazy: only a recipe with a sandbox on this host probes
+    from ..sandbox.probe import DOCTOR_UID, isolation_fault  # lazy: as above
+    from ..sandbox.request import Caps  # lazy: as above
+
+    python = sandbox_python()
+    if python is None or not Path(python).is_file():
+        return fail(
+            "sandbox host",
+            f"the code's interpreter {python} does not exist" if python else "no interpreter for the code",
+            "make sandbox-venv (or set NPU_RL_SANDBOX_PYTHON to the image's python)",
+        )
+    try:
+        fault = isolation_fault(jails.make(python, uid_base=DOCTOR_UID), Caps())
+    except (jails.JailUnavailable, OSError) as e:
+        fault = str(e)
+    if fault is not None:
+        return fail("sandbox host", f"no execution can be isolated here: {fault}", "docs/sandbox.md (what it needs)")
+    return ok("sandbox host", "an execution isolated (user, PID, net namespaces; seccomp; rlimits)")
+
+
+def wait_for_sandbox(recipe: Recipe, warn: Callable[[str], None] = _progress) -> None:
+    """Wait up to ``sandbox.wait_s`` for the recipe's sandbox (on Kubernetes its pods start beside the job's);
+    ``UserError`` naming why it never answered."""
+    sb = recipe.sandbox
+    if not sb.enabled:
+        return
+    why = sandbox_client.wait_answered(sb.run_code_url, sb.wait_s, progress=warn)
+    if why is not None:
+        raise UserError(f"sandbox: {why} after {sb.wait_s:.0f}s; fix: {_sandbox_fix(recipe)}")
+
+
 JobCheck = Callable[[JobContext], CheckResult]
 # Which of its own checks a job runs, after the host's (npu_rl.platform.doctor.HOST_CHECKS).
 JOB_CHECKS: dict[str, list[JobCheck]] = {
-    "train": [check_model, check_rollout_model, check_rollout_graphs, check_data_present, check_disk, check_ports],
+    "train": [
+        check_model,
+        check_rollout_model,
+        check_rollout_graphs,
+        check_data_present,
+        check_disk,
+        check_ports,
+        check_sandbox_isolation,
+        check_sandbox,
+    ],
     "eval": [check_model, check_data_present],
     "merge": [check_checkpoints, check_disk],
 }
@@ -301,5 +375,11 @@ def check_launch(spec, recipe: Recipe, ports=(), host: bool = True) -> None:
     if host:
         # The model and the data files are checked above, the data more closely than the table's row; the
         # rollout's graphs too (a recipe check, made with or without the host's).
-        preflight(recipe, for_job="train", ports=ports, checked=(check_model, check_data_present, check_rollout_graphs))
+        wait_for_sandbox(recipe)
+        preflight(
+            recipe,
+            for_job="train",
+            ports=ports,
+            checked=(check_model, check_data_present, check_rollout_graphs, check_sandbox_isolation, check_sandbox),
+        )
     check_argv(spec.argv)

@@ -593,6 +593,34 @@ class ReshardSpec(Strict):
     )
 
 
+class SandboxSpec(Strict):
+    """Where the policy's code runs (code rewards, tool calls): npu-rl's sandbox, ``npu-rl sandbox serve``
+    (docs/sandbox.md), or a SandboxFusion-compatible service of your own at ``url``. A launch waits for it
+    to answer and exports its ``/run_code`` to every process; on Kubernetes the job's manifest runs it as
+    pods of their own beside the training pods."""
+
+    enabled: bool = Field(False, description="The run sends the policy's code to a sandbox; npu-rl only")
+    url: str | None = Field(
+        None,
+        pattern=r"^https?://[^\s/]+(/\S*)?/run_code$",
+        description="Its /run_code; None: npu-rl's own on this host, http://127.0.0.1:<port>/run_code (the "
+        "rendered manifests set the job's sandbox Service) -> env `NPU_RL_SANDBOX_URL`",
+    )
+    port: int = Field(8080, ge=1, le=65535, description="Its port (SandboxFusion's 8080); npu-rl only")
+    replicas: int = Field(1, ge=1, description="Sandbox pods of a Kubernetes job (`npu-rl render k8s`); npu-rl only")
+    slots: int = Field(4, ge=1, description="Executions at once in one sandbox (`--slots`), a CPU each; npu-rl only")
+    memory_mb: int = Field(
+        1024, ge=16, description="Memory of one execution, MiB (`--memory-mb`, the most a request may ask); npu-rl only"
+    )
+    wait_s: float = Field(
+        300.0, gt=0, description="How long a launch waits for the sandbox to answer, then stops; npu-rl only"
+    )
+
+    @property
+    def run_code_url(self) -> str:
+        return self.url or f"http://127.0.0.1:{self.port}/run_code"
+
+
 class WeightConversionSpec(Strict):
     """Prepare job: HF checkpoint -> (bf16) -> Megatron dist checkpoint, run once before training."""
 
@@ -662,6 +690,7 @@ class Recipe(Strict):
     consistency: ConsistencySpec = Field(ConsistencySpec(), description="Train/rollout probability gate; npu-rl only")
     reshard: ReshardSpec = Field(ReshardSpec(), description="Megatron -> rollout weight sync by alltoallv (NPU)")
     prepare: PrepareSpec = Field(PrepareSpec(), description="Jobs run once before training (`npu-rl prepare`)")
+    sandbox: SandboxSpec = Field(SandboxSpec(), description="Where the policy's code runs (code rewards, tools)")
     env: dict[str, str] = Field(
         default_factory=dict,
         description="Environment exported to every process "

@@ -180,6 +180,9 @@ def context(recipe: Recipe, target: str, opts: K8sOptions) -> dict:
     # --prepare: the model, data and (megatron) converted weights land on the shared volume once;
     # a restarted job finds them there and skips straight to training.
     train = ["npu-rl", "train", "--recipe", recipe_path, "--prepare"]
+    sandbox = _sandbox(recipe, name, opts)
+    if sandbox is not None:
+        train += ["--set", f"sandbox.url={sandbox['url']}"]
     wait = [
         "npu-rl",
         "ray",
@@ -261,8 +264,52 @@ def context(recipe: Recipe, target: str, opts: K8sOptions) -> dict:
             if target == "volcano"
             else None
         ),
+        "sandbox": sandbox,
         # rayStartParams values are pasted into a shell command line, hence the inner quotes.
         "npu_resources": '"' + json.dumps(registered_resources(res.devices_per_node)).replace('"', '\\"') + '"',
+    }
+
+
+def _sandbox(recipe: Recipe, name: str, opts: K8sOptions) -> dict | None:
+    """The job's sandbox pods (recipe.sandbox), in the CPU image (it has bubblewrap and the code's numpy and
+    sympy), or None where the recipe runs no code or names a sandbox of its own (``sandbox.url``)."""
+    sb = recipe.sandbox
+    if not sb.enabled or sb.url is not None:
+        return None
+    service = f"{name[: 63 - len('-sandbox')]}-sandbox"
+    # A CPU per slot and one for the service; each slot's memory limit and the service's own half GiB.
+    return {
+        "name": service,
+        # The job's labels but the NPU topology's (MindCluster's ring-controller): these pods hold no NPU.
+        "labels": {
+            "app.kubernetes.io/name": "npu-rl",
+            "app.kubernetes.io/instance": name,
+            "npu-rl/recipe": recipe.name,
+            **opts.extra_labels,
+        },
+        "url": f"http://{service}:{sb.port}/run_code",
+        "port": sb.port,
+        "replicas": sb.replicas,
+        "image": image_ref("cpu"),
+        "cpu": str(sb.slots + 1),
+        "memory": f"{sb.slots * sb.memory_mb + 512}Mi",
+        # The slots' working directories and /tmp are tmpfs (`--disk-mb`, 64 MiB each): in memory, not here.
+        "disk": "1Gi",
+        "args": [
+            "npu-rl",
+            "sandbox",
+            "serve",
+            "--host",
+            "0.0.0.0",
+            "--port",
+            str(sb.port),
+            "--slots",
+            str(sb.slots),
+            "--memory-mb",
+            str(sb.memory_mb),
+            "--max-memory-mb",
+            str(sb.memory_mb),
+        ],
     }
 
 

@@ -107,8 +107,6 @@ def _system_binds(jail: Jail) -> list[str]:
             args += ["--ro-bind", d, d]
     for f in SYSTEM_FILES:
         args += ["--ro-bind-try", f, f]
-    for root in jail.python_roots:
-        args += ["--ro-bind", root, root]
     return args
 
 
@@ -156,6 +154,10 @@ def argv(
         args += ["--size", size, "--tmpfs", work]
         if work != "/tmp":
             args += ["--size", size, "--tmpfs", "/tmp"]
+    # The interpreter's directories after the jail's own tmpfs: one under /tmp (a checkout there, CI's clone)
+    # stays visible, read-only, over the /tmp the code gets.
+    for root in jail.python_roots:
+        args += ["--ro-bind", root, root]
     args += ["--file", str(code_fd), f"{work}/{code_name}", "--chdir", work]
     if "readonly" not in off and "mounts" not in off:
         # The root bwrap built (its directories for the binds, its symlinks) and /dev are tmpfs of half the

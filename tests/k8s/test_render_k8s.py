@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import copy
 import shlex
 from pathlib import Path
 
@@ -303,46 +302,7 @@ def test_cli_renders_a_volcano_job(tmp_path: Path, capsys):
     assert _job(list(yaml.safe_load_all(path.read_text())))["spec"]["minAvailable"] == 2
 
 
-# --- schemas -----------------------------------------------------------------------------------------------
-
-
-def _strict(schema):
-    """Reject unknown fields like `kubectl --validate=strict` (the API server would silently prune them)."""
-    schema = copy.deepcopy(schema)
-
-    def walk(node):
-        if isinstance(node, dict):
-            if (
-                "properties" in node
-                and "additionalProperties" not in node
-                and not node.get("x-kubernetes-preserve-unknown-fields")
-            ):
-                node["additionalProperties"] = False
-            for v in node.values():
-                walk(v)
-        elif isinstance(node, list):
-            for v in node:
-                walk(v)
-
-    walk(schema)
-    return schema
-
-
-# The CRDs of the kinds rendered here (the KubeRay ones are megabytes: parse only what is needed, with libyaml).
-CRD_FILES = ("batch.volcano.sh_jobs.yaml", "ray.io_rayjobs.yaml")
-
-
-@pytest.fixture(scope="module")
-def crd_schemas(shared_dir: Path):
-    schemas = {}
-    for name in CRD_FILES:
-        loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
-        crd = yaml.load((shared_dir / "schemas" / "crds" / name).read_text(), Loader=loader)
-        for version in crd["spec"]["versions"]:
-            if version.get("served"):
-                key = (f"{crd['spec']['group']}/{version['name']}", crd["spec"]["names"]["kind"])
-                schemas[key] = _strict(version["schema"]["openAPIV3Schema"])
-    return schemas
+# --- schemas (the CRDs' and Kubernetes' own: tests/k8s/conftest.py) -----------------------------------------
 
 
 def test_custom_resources_match_their_crd(rendered, crd_schemas):

@@ -5,19 +5,22 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 import urllib.error
 import urllib.request
+from pathlib import Path
 
 import pytest
 from conftest import SANDBOX_PYTHON, Server, serve_argv, wait_no_sandbox_processes
 
 pytestmark = [pytest.mark.slow, pytest.mark.setup, pytest.mark.timeout(300)]
-UID_BASE = 61100  # this module's slot users (tests/sandbox/conftest.py); its own servers: 62000, 62100
+UID_BASE = 61100  # this module's slot users (tests/sandbox/conftest.py); its own servers: 62000, 62100, 62200
 
 
 def test_sandboxfusions_statuses(server):
@@ -156,3 +159,47 @@ def test_an_interpreter_the_jail_cannot_run_is_refused_before_serving():
     line = _refused(serve_argv("--python", sys.executable))
     assert "no execution can be isolated here" in line and "Permission denied" in line
     assert SANDBOX_PYTHON.exists()
+
+
+def test_an_interpreter_under_tmp_is_seen_over_the_jails_own_tmp():
+    """A checkout under /tmp (a CI clone, once this suite's own: every execution failed with bwrap's "execvp
+    ...: No such file or directory") keeps its .venv-sandbox visible inside the jail, whose /tmp is a tmpfs of
+    its own: the interpreter is bound over it, read-only."""
+    root = Path(tempfile.mkdtemp(prefix="npu-rl-checkout-", dir="/tmp"))
+    try:
+        root.chmod(0o755)  # as a clone's directories are: the slots' users must reach the interpreter
+        shutil.copytree(SANDBOX_PYTHON.parents[1], root / ".venv-sandbox", symlinks=True)
+        s = Server(serve_argv("--python", str(root / ".venv-sandbox" / "bin" / "python"), "--uid-base", "62200"))
+        try:
+            answer = s.run("import numpy, os, sys; print(sys.prefix, numpy.__version__, os.listdir('/tmp'))")
+            assert answer["status"] == "Success", answer
+            prefix, _, listed = answer["run_result"]["stdout"].split(" ", 2)
+            assert prefix == str(root / ".venv-sandbox") and "npu-rl-checkout-" in listed
+            # Read-only there; the rest of the jail's /tmp is the code's own.
+            write = s.run(f"open({str(root / '.venv-sandbox' / 'x')!r}, 'w')")["run_result"]
+            assert "Read-only file system" in write["stderr"], write
+            assert s.run("open('/tmp/x', 'w').write('ok')")["status"] == "Success"
+        finally:
+            s.stop()
+    finally:
+        shutil.rmtree(root, ignore_errors=True)
+
+
+def test_a_launch_finds_the_service_and_doctor_runs_this_hosts_isolation_probe(server, tmp_path):
+    """What a recipe with ``sandbox.enabled`` checks (tests/launch/test_sandbox_launch.py without the service):
+    the launch's wait ends at the service's ping, and `npu-rl doctor` runs the probe `serve` runs, here."""
+    from npu_rl.launcher.preflight import wait_for_sandbox
+    from npu_rl.recipe import load_recipe
+
+    recipe = load_recipe("tiny_math_cpu", {"sandbox.enabled": True, "sandbox.url": server.url + "/run_code"})
+    wait_for_sandbox(recipe, warn=pytest.fail)  # answers at once: no wait to report
+    env = {**os.environ, "NPU_RL_WORKSPACE": str(tmp_path), "NPU_RL_SANDBOX_PYTHON": str(SANDBOX_PYTHON)}
+    doctor = [sys.executable, "-m", "npu_rl", "doctor", "--recipe", "tiny_math_cpu", "--set", "sandbox.enabled=true"]
+    out = subprocess.run(doctor, capture_output=True, text=True, env=env, timeout=120).stdout
+    (row,) = [ln for ln in out.splitlines() if ln.startswith("│") and ln.split("│")[1].strip() == "sandbox host"]
+    assert "│ ok " in row and "an execution isolated" in row, out
+    # The same probe with the interpreter gone: refused in the table, with what to do.
+    env["NPU_RL_SANDBOX_PYTHON"] = str(tmp_path / "no-python")
+    out = subprocess.run(doctor, capture_output=True, text=True, env=env, timeout=120).stdout
+    (row,) = [ln for ln in out.splitlines() if ln.startswith("│") and ln.split("│")[1].strip() == "sandbox host"]
+    assert "│ fail " in row, out

@@ -103,7 +103,7 @@ def test_the_seccomp_filter_checks_the_abi_and_lists_every_denied_call(machine):
 
 
 def test_a_refusal_in_a_container_says_what_lifts_it():
-    from npu_rl.commands.sandbox import hint
+    from npu_rl.sandbox.probe import hint
 
     # bwrap's own line under podman's default /proc masking (seen here: podman run without unmask=ALL).
     masked = hint("the sandbox could not start: bwrap: Can't mount proc on /newroot/proc: Operation not permitted")

@@ -1,0 +1,59 @@
+"""Can an execution be isolated on this host: the jail made and one execution run through it, as
+`npu-rl sandbox serve` does before it serves and `npu-rl doctor` does for a recipe whose sandbox runs here.
+What a refusal means, and the host or container setting that lifts it (docs/sandbox.md), comes with it."""
+
+from __future__ import annotations
+
+import asyncio
+
+from . import jail as jails
+from .execute import Executor
+from .request import Caps, RunCodeRequest
+
+# The user `npu-rl doctor`'s probe runs as: no slot's of a service with the default --uid-base (61000 up), so
+# probing a host where one serves takes nothing from its slots' process limits.
+DOCTOR_UID = 60999
+# The interpreter and its libraries, and the jail around them.
+PROBE = ("import numpy, sympy; print(int(sympy.Integer(6) * int(numpy.int64(7))))", "42")
+# What bwrap's refusal means in a container, and the setting that lifts it.
+HINTS = (
+    (
+        "Can't mount proc",
+        "the container's /proc is masked; start it with docker's --security-opt systempaths=unconfined, podman's "
+        "--security-opt unmask=ALL, or Kubernetes' securityContext.procMount: Unmasked (in a pod with "
+        "hostUsers: false)",
+    ),
+    (
+        "namespace",
+        "user namespaces are refused here: user.max_user_namespaces must be above 0 (and Ubuntu 24.04's "
+        "kernel.apparmor_restrict_unprivileged_userns 0, or the container's AppArmor profile unconfined), and a "
+        "container's seccomp profile must allow unshare (docker: --security-opt seccomp=unconfined)",
+    ),
+    ("uid map", "user namespaces are refused here: user.max_user_namespaces must be above 0"),
+    ("Operation not permitted", "the service runs each slot as a user of its own: run it as root (in its pod)"),
+)
+
+
+def hint(fault: str) -> str:
+    """``fault`` with what lifts it, where it is one a container or a kernel setting makes."""
+    for needle, fix in HINTS:
+        if needle in fault:
+            return f"{fault} ({fix})"
+    return fault
+
+
+def isolation_fault(jail: jails.Jail, caps: Caps) -> str | None:
+    """Why no execution can be isolated in ``jail`` here (with its hint), or None where the probe ran."""
+
+    async def probe() -> str | None:
+        outcome = await Executor(jail, caps, 1).run(
+            RunCodeRequest(code=PROBE[0], run_timeout=min(30.0, caps.max_run_timeout))
+        )
+        if outcome.run is None:
+            return outcome.error
+        if outcome.run.stdout.strip() != PROBE[1]:
+            return (outcome.run.stderr.strip().splitlines() or ["no output"])[-1]
+        return None
+
+    fault = asyncio.run(probe())
+    return None if fault is None else hint(fault)
