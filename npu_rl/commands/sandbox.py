@@ -63,7 +63,7 @@ def _python(args: argparse.Namespace) -> str:
 
 def _serve(args: argparse.Namespace) -> int:
     from ..sandbox import jail as jails  # lazy: the job
-    from ..sandbox.execute import Executor  # lazy: the job
+    from ..sandbox.execute import Executor, running_as  # lazy: the job
     from ..sandbox.probe import isolation_fault  # lazy: the job
     from ..sandbox.request import Caps  # lazy: the job
     from ..sandbox.service import Service, serve  # lazy: the job
@@ -89,6 +89,13 @@ def _serve(args: argparse.Namespace) -> int:
     except jails.JailUnavailable as e:
         raise UserError(f"sandbox: {e}") from None
 
+    taken = [jail.uid(slot) for slot in range(args.slots) if running_as(jail.uid(slot))]
+    if taken:
+        # A slot's user is its alone: the service kills what runs as it after each execution.
+        raise UserError(
+            f"sandbox: user {taken[0]} of slot {taken[0] - args.uid_base} already runs processes here (another "
+            "sandbox service?); give this one users of its own: --uid-base N"
+        )
     fault = isolation_fault(jail, caps)
     if fault:
         raise UserError(f"sandbox: no execution can be isolated here, so none is run: {fault}")

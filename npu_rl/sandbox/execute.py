@@ -16,6 +16,7 @@ import os
 import platform
 import resource
 import signal
+import subprocess
 import time
 from dataclasses import dataclass
 
@@ -30,6 +31,8 @@ SIGXCPU_EXIT = 128 + signal.SIGXCPU
 CHUNK = 1 << 16
 # After the jail's first process ends, how long its pipes may stay open (the namespace being torn down).
 DRAIN_S = 5.0
+# How long a slot waits for its user's last processes to be gone before it takes the next request.
+SETTLE_S = 5.0
 
 
 @dataclass
@@ -119,6 +122,10 @@ class Executor:
         try:
             return await self._run_in(slot, req)
         finally:
+            if not {"user", "settle"} & self.jail.off:
+                # The kernel ends a PID namespace's processes after its first one, not with it: the slot's user
+                # is free for the next request once none runs as it (RLIMIT_NPROC counts them all).
+                await _settle(self.jail.uid(slot))
             self.free.put_nowait(slot)
 
     async def _run_in(self, slot: int, req: RunCodeRequest) -> Outcome:
@@ -151,6 +158,14 @@ class Executor:
                 env=None if "env" in off else {"PATH": jails.ENV_PATH},
                 start_new_session=True,
                 preexec_fn=_preexec(uid, limits, new_keyring="keyring" not in off),
+            )
+        except subprocess.SubprocessError:
+            # The switch to the slot's user (or a limit) failed between fork and exec: the service is not root,
+            # or its container took CAP_SETUID/CAP_SETGID away. Nothing ran.
+            os.close(status_r)
+            return Outcome(
+                error="the sandbox could not start: setting the slot's user and limits failed "
+                "(Operation not permitted: the service needs root with CAP_SETUID and CAP_SETGID)"
             )
         except BaseException:
             os.close(status_r)
@@ -211,6 +226,31 @@ class Executor:
     def kill_all(self) -> None:
         for proc in list(self.live):
             _kill(proc)
+
+
+def running_as(uid: int) -> list[int]:
+    """The pids of every process of ``uid`` (a /proc/<pid> directory belongs to its process's user)."""
+    pids = []
+    for entry in os.scandir("/proc"):
+        if entry.name.isdigit():
+            try:
+                if entry.stat().st_uid == uid:
+                    pids.append(int(entry.name))
+            except OSError:
+                pass  # exited meanwhile
+    return pids
+
+
+async def _settle(uid: int, timeout: float = SETTLE_S) -> None:
+    """Until no process runs as ``uid``, each killed again; at most ``timeout`` (one stuck in the kernel)."""
+    deadline = time.monotonic() + timeout
+    while (pids := running_as(uid)) and time.monotonic() < deadline:
+        for pid in pids:
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except OSError:
+                pass
+        await asyncio.sleep(0.005)
 
 
 def _memfd(name: str, data: bytes) -> int:

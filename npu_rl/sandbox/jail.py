@@ -22,7 +22,21 @@ from dataclasses import dataclass, field
 
 # The names of what a drill may switch off (tests only): see ``argv`` and ``execute``.
 MECHANISMS = frozenset(
-    {"mounts", "readonly", "net", "pid", "user", "userns", "rlimits", "tmpfs", "env", "output", "seccomp", "keyring"}
+    {
+        "mounts",
+        "readonly",
+        "net",
+        "pid",
+        "user",
+        "userns",
+        "rlimits",
+        "tmpfs",
+        "env",
+        "output",
+        "seccomp",
+        "keyring",
+        "settle",
+    }
 )
 # The device nodes the code gets (no ptmx: the host's ptys are one pool), bound from the host's.
 DEVICES = ("/dev/null", "/dev/zero", "/dev/full", "/dev/random", "/dev/urandom")

@@ -30,7 +30,16 @@ HINTS = (
         "container's seccomp profile must allow unshare (docker: --security-opt seccomp=unconfined)",
     ),
     ("uid map", "user namespaces are refused here: user.max_user_namespaces must be above 0"),
-    ("Operation not permitted", "the service runs each slot as a user of its own: run it as root (in its pod)"),
+    (
+        "Can't set hostname",
+        "the container's seccomp profile refuses the jail's namespaces: start it with --security-opt "
+        "seccomp=unconfined, or Kubernetes' securityContext.seccompProfile.type: Unconfined",
+    ),
+    (
+        "CAP_SETUID",
+        "the service runs each slot as a user of its own: run it as root (in its pod: runAsUser 0 and the "
+        "capabilities SETUID and SETGID)",
+    ),
 )
 
 

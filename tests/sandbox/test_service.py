@@ -20,7 +20,7 @@ import pytest
 from conftest import SANDBOX_PYTHON, Server, serve_argv, wait_no_sandbox_processes
 
 pytestmark = [pytest.mark.slow, pytest.mark.setup, pytest.mark.timeout(300)]
-UID_BASE = 61100  # this module's slot users (tests/sandbox/conftest.py); its own servers: 62000, 62100, 62200
+UID_BASE = 61100  # this module's slot users (tests/sandbox/conftest.py); its own servers: 62000, 62100, 62200, 62300
 
 
 def test_sandboxfusions_statuses(server):
@@ -146,6 +146,18 @@ def _refused(argv: list[str], env: dict | None = None) -> str:
     lines = out.stderr.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith("npu-rl: error: sandbox: "), out.stderr
     return lines[0]
+
+
+def test_users_another_process_runs_as_are_not_taken():
+    """Each execution's leftovers are killed by its slot's user after it: a service whose users another
+    service (or anything) already runs as would kill that one's executions. It refuses to start instead."""
+    other = subprocess.Popen(["sleep", "60"], user=62301, group=62301)
+    try:
+        line = _refused(serve_argv("--uid-base", "62300"))
+    finally:
+        other.kill()
+        other.wait()
+    assert "user 62301 of slot 1 already runs processes here" in line and "--uid-base" in line, line
 
 
 def test_no_bubblewrap_no_service(tmp_path):
