@@ -23,8 +23,8 @@ Options the user passes in ``--ray-args`` win: a port or temp dir given there is
 A port chosen free is bound by Ray only seconds later, and another node starting on the host meanwhile may
 choose it too (seen: a head's client-server port chosen again as its worker's metrics port, whose dashboard
 agent then died with "Address already in use", and the raylet with it). Each choice is therefore claimed
-host-wide for as long as the process that chose it lives (``CLAIMS``: a file per port naming its pid,
-created exclusively), and a port another live process claims is not chosen.
+host-wide for as long as the process that chose it lives (``CLAIMS``: a file per port naming its pid and
+start time, created exclusively), and a port another live process claims is not chosen.
 """
 
 from __future__ import annotations
@@ -114,14 +114,22 @@ def choose_ports(
     return chosen
 
 
-def _alive(pid: int) -> bool:
+def _started(pid: int) -> str:
+    """When ``pid`` started (clock ticks since boot, /proc/<pid>/stat's 22nd field); "" where it is gone. With
+    the pid it names one process: a pid is used again once its process is gone."""
     try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[19]
+    except (OSError, IndexError):
+        return ""
+
+
+def _alive(owner: str) -> bool:
+    """Whether the claim's process (``pid start``) still runs."""
+    pid, _, started = owner.partition(" ")
+    if not pid.isdigit():
         return False
-    except PermissionError:
-        return True  # another user's live process
-    return True
+    now = _started(int(pid))
+    return bool(now) and (not started or now == started)
 
 
 def claim(port: int, pid: int | None = None) -> bool:
@@ -140,10 +148,10 @@ def claim(port: int, pid: int | None = None) -> bool:
             fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
         except FileExistsError:
             try:
-                owner = int(path.read_text() or 0)
-            except (OSError, ValueError):
-                owner = 0
-            if owner == pid:
+                owner = path.read_text().strip()
+            except OSError:
+                owner = ""
+            if owner == _identity(pid):
                 return True
             if owner and _alive(owner):
                 return False
@@ -153,7 +161,7 @@ def claim(port: int, pid: int | None = None) -> bool:
         except OSError:
             return True
         with os.fdopen(fd, "w") as f:
-            f.write(str(pid))
+            f.write(_identity(pid))
         if pid == os.getpid():
             _mine.append(path)
             if len(_mine) == 1:
@@ -165,11 +173,16 @@ def claim(port: int, pid: int | None = None) -> bool:
 _mine: list[Path] = []
 
 
+def _identity(pid: int) -> str:
+    return f"{pid} {_started(pid)}"
+
+
 def _release() -> None:
     """This process's claims, withdrawn as it exits (a killed one's are taken over by the next chooser)."""
+    me = _identity(os.getpid())
     for path in _mine:
-        with contextlib.suppress(OSError, ValueError):
-            if int(path.read_text()) == os.getpid():
+        with contextlib.suppress(OSError):
+            if path.read_text().strip() == me:
                 path.unlink()
 
 

@@ -67,20 +67,32 @@ def py_spy() -> str:
     return beside_python("py-spy")
 
 
-def dump_pid(pid: int, timeout: float) -> tuple[str, str | None]:
-    """(stack text, error) of one process."""
-    try:
-        out = subprocess.run(
-            [py_spy(), "dump", "--nonblocking", "--pid", str(pid)], capture_output=True, text=True, timeout=timeout
-        )
-    except subprocess.TimeoutExpired:
-        return "", f"py-spy did not answer within {timeout:.0f}s"
-    except OSError as err:
-        return "", f"py-spy could not run: {err}"
-    if out.returncode != 0:
+def dump_pid(pid: int, timeout: float, tries: int = 3) -> tuple[str, str | None]:
+    """(stack text, error) of one process. py-spy's read of a live interpreter (``--nonblocking``: the process
+    is not paused) sometimes finds no interpreter state at all ("Failed to find a python interpreter in the
+    .data section", seen in CI once on a stopped rank); it is asked again, within ``timeout``."""
+    deadline = time.monotonic() + timeout
+    stack, error = "", None
+    for _ in range(tries):
+        left = deadline - time.monotonic()
+        if left <= 0:
+            break
+        try:
+            out = subprocess.run(
+                [py_spy(), "dump", "--nonblocking", "--pid", str(pid)], capture_output=True, text=True, timeout=left
+            )
+        except subprocess.TimeoutExpired:
+            return stack, f"py-spy did not answer within {timeout:.0f}s"
+        except OSError as err:
+            return "", f"py-spy could not run: {err}"
+        if out.returncode == 0:
+            return out.stdout, None
         lines = [ln for ln in (out.stderr or out.stdout).splitlines() if ln.strip()]
-        return out.stdout, (lines[0] if lines else f"py-spy exited with code {out.returncode}")
-    return out.stdout, None
+        stack, error = out.stdout, (lines[0] if lines else f"py-spy exited with code {out.returncode}")
+        if not psutil.pid_exists(pid):
+            break
+        time.sleep(min(0.5, max(0.0, deadline - time.monotonic())))
+    return stack, error
 
 
 def describe(pid: int) -> tuple[str, str]:
@@ -175,10 +187,12 @@ def suspects(driver: list[ProcessStack], nodes: list[NodeStacks]) -> list[str]:
     named = [f"node {n.node_ip} ({n.node_id[:12]}) {n.error}" for n in nodes if n.error]
     procs = [(n.node_ip, p) for n in nodes for p in n.processes] + [("driver", p) for p in driver]
     for ip, p in procs:
+        # A process's state is named with or without its stack: a stopped rank is the finding either way.
+        state = f" is {p.status}" if p.status in ("stopped", "tracing-stop", "zombie", "dead") else ""
         if p.error:
-            named.append(f"pid {p.pid} {p.title} on {ip}: {p.error}")
-        elif p.status in ("stopped", "tracing-stop", "zombie", "dead"):
-            named.append(f"pid {p.pid} {p.title} on {ip} is {p.status}")
+            named.append(f"pid {p.pid} {p.title} on {ip}{state}: {p.error}")
+        elif state:
+            named.append(f"pid {p.pid} {p.title} on {ip}{state}")
     workers = [(ip, p) for ip, p in procs if p.title.startswith("ray::WorkerDict") and not p.error]
     waiting = [w for w in workers if w[1].in_collective]
     if waiting:

@@ -21,6 +21,8 @@ from ..envs.locks import LOCK_DIR, lock_name
 from ..errors import UserError
 from .engine import _one_line, docker_sdk
 
+RACE_TRIES = 3
+
 # Run with the base's own python3: its version and every installed distribution's.
 # The first of two copies of a distribution on sys.path is the one imported: it is the one kept.
 PROBE = (
@@ -71,16 +73,24 @@ def mismatches(found: dict[str, Any], pins: dict[str, Any] | None = None) -> lis
 def python_set(client: Any, ref: str) -> dict[str, Any]:
     """The base's Python version and installed distributions, from a container without network."""
     docker = docker_sdk()
-    try:
-        out = client.containers.run(
-            ref, ["-c", PROBE], entrypoint="python3", remove=True, network_mode="none", stdout=True, stderr=False
-        )
-    except docker.errors.ContainerError as err:
-        raise UserError(
-            f"base image {ref}: python3 -c failed in it, so its Python set cannot be checked ({_one_line(err)[:200]})"
-        ) from None
-    except docker.errors.APIError as err:
-        raise UserError(f"base image {ref}: cannot run it to read its Python set ({_one_line(err)[:200]})") from None
+    for attempt in range(RACE_TRIES):
+        try:
+            out = client.containers.run(
+                ref, ["-c", PROBE], entrypoint="python3", remove=True, network_mode="none", stdout=True, stderr=False
+            )
+            break
+        except docker.errors.ContainerError as err:
+            raise UserError(
+                f"base image {ref}: python3 -c failed in it, so its Python set cannot be checked "
+                f"({_one_line(err)[:200]})"
+            ) from None
+        except docker.errors.APIError as err:
+            # podman's service answers 500 when it inspects a container whose process has just exited ("read
+            # /proc/<pid>/cgroup: no such process", seen in CI): the probe ran; run it again.
+            if attempt + 1 < RACE_TRIES and "no such process" in str(err):
+                continue
+            why = _one_line(err)[:200]
+            raise UserError(f"base image {ref}: cannot run it to read its Python set ({why})") from None
     text = out.decode("utf-8", errors="replace") if isinstance(out, bytes) else str(out)
     try:
         return json.loads(text.strip().splitlines()[-1])

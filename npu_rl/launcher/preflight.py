@@ -303,6 +303,8 @@ JOB_CHECKS: dict[str, list[JobCheck]] = {
 }
 # Skipped for platform cpu, where nothing is captured (as npu_rl.platform.doctor.NPU_ONLY for the host's).
 NPU_ONLY_JOB_CHECKS = {check_rollout_graphs}
+# Only for a recipe whose policy's code runs in a sandbox (recipe.sandbox).
+SANDBOX_JOB_CHECKS = {check_sandbox_isolation, check_sandbox}
 
 
 def run_checks(
@@ -320,7 +322,9 @@ def run_checks(
     return run_host_checks(ctx) + [
         check(ctx)
         for check in JOB_CHECKS[for_job]
-        if check not in checked and (ctx.npu or check not in NPU_ONLY_JOB_CHECKS)
+        if check not in checked
+        and (ctx.npu or check not in NPU_ONLY_JOB_CHECKS)
+        and (recipe.sandbox.enabled or check not in SANDBOX_JOB_CHECKS)
     ]
 
 

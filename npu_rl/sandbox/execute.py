@@ -25,6 +25,7 @@ from . import seccomp
 from .request import LANGUAGES, Caps, RunCodeRequest, RunResult, memory_mb
 
 PR_SET_PDEATHSIG = 1
+PR_SET_CHILD_SUBREAPER = 36
 SYS_KEYCTL = {"x86_64": 250, "aarch64": 219}
 KEYCTL_JOIN_SESSION_KEYRING = 1
 SIGXCPU_EXIT = 128 + signal.SIGXCPU
@@ -116,16 +117,17 @@ class Executor:
             self.free.put_nowait(slot)
         self.live: set[asyncio.subprocess.Process] = set()
         self.seccomp = seccomp.program()
+        # A jail's first process, killed with its bwrap, is an orphan: this process, not the host's (or the
+        # container's) init, becomes its parent and reaps it at once (_settle). An init that reaps late held
+        # each slot for a second here; one that never reaps (this server as a container's pid 1) would fill
+        # the pid table.
+        ctypes.CDLL(None, use_errno=True).prctl(PR_SET_CHILD_SUBREAPER, 1)
 
     async def run(self, req: RunCodeRequest) -> Outcome:
         slot = await self.free.get()
         try:
             return await self._run_in(slot, req)
         finally:
-            if not {"user", "settle"} & self.jail.off:
-                # The kernel ends a PID namespace's processes after its first one, not with it: the slot's user
-                # is free for the next request once none runs as it (RLIMIT_NPROC counts them all).
-                await _settle(self.jail.uid(slot))
             self.free.put_nowait(slot)
 
     async def _run_in(self, slot: int, req: RunCodeRequest) -> Outcome:
@@ -187,6 +189,10 @@ class Executor:
         finally:
             _kill(proc)
             await _exited(proc, None)
+            if uid is not None and "settle" not in off:
+                # The kernel ends a PID namespace's processes after its first one, not with it: the slot's user
+                # is free for the next request once none runs as it (RLIMIT_NPROC counts them all).
+                await _settle(uid, proc.pid)
             self.live.discard(proc)
             done, pending = await asyncio.wait(readers, timeout=DRAIN_S)
             for r in pending:
@@ -228,29 +234,64 @@ class Executor:
             _kill(proc)
 
 
+def _state(pid: int) -> tuple[bytes, int]:
+    """(state letter, parent pid) of ``pid`` from /proc; (b"", 0) once it is gone."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            state, ppid = f.read().rsplit(b")", 1)[1].split()[:2]
+        return state, int(ppid)
+    except (OSError, ValueError):
+        return b"", 0
+
+
 def running_as(uid: int) -> list[int]:
-    """The pids of every process of ``uid`` (a /proc/<pid> directory belongs to its process's user)."""
+    """The pids of every process of ``uid`` that still runs (a /proc/<pid> directory belongs to its process's
+    user; a zombie runs nothing)."""
     pids = []
     for entry in os.scandir("/proc"):
         if entry.name.isdigit():
             try:
-                if entry.stat().st_uid == uid:
+                if entry.stat().st_uid == uid and _state(int(entry.name))[0] not in (b"Z", b""):
                     pids.append(int(entry.name))
             except OSError:
                 pass  # exited meanwhile
     return pids
 
 
-async def _settle(uid: int, timeout: float = SETTLE_S) -> None:
-    """Until no process runs as ``uid``, each killed again; at most ``timeout`` (one stuck in the kernel)."""
-    deadline = time.monotonic() + timeout
-    while (pids := running_as(uid)) and time.monotonic() < deadline:
-        for pid in pids:
+async def _settle(uid: int, own: int, timeout: float = SETTLE_S) -> None:
+    """Until no process of ``uid`` runs, each killed again, and every orphan of the jail handed to this process
+    reaped (``own``, the bwrap asyncio started, is asyncio's to reap); at most ``timeout`` (a process stuck in
+    the kernel)."""
+    me, deadline = os.getpid(), time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        pending = False
+        for entry in os.scandir("/proc"):
+            if not entry.name.isdigit():
+                continue
+            pid = int(entry.name)
             try:
-                os.kill(pid, signal.SIGKILL)
+                if entry.stat().st_uid != uid:
+                    continue
             except OSError:
-                pass
-        await asyncio.sleep(0.005)
+                continue
+            state, ppid = _state(pid)
+            if state == b"Z":
+                if ppid == me and pid != own:
+                    try:
+                        os.waitpid(pid, os.WNOHANG)
+                    except ChildProcessError:
+                        pass
+                    pending = True
+                continue  # another's zombie holds nothing but its pid: its parent reaps it
+            if state:
+                try:
+                    os.kill(pid, signal.SIGKILL)
+                except OSError:
+                    pass
+                pending = True
+        if not pending:
+            return
+        await asyncio.sleep(0.002)
 
 
 def _memfd(name: str, data: bytes) -> int:
@@ -294,3 +335,8 @@ def _kill(proc: asyncio.subprocess.Process) -> None:
             os.killpg(proc.pid, signal.SIGKILL)
         except ProcessLookupError:
             pass
+        except PermissionError:
+            # bwrap runs as the slot's user: killing it takes root's CAP_KILL, which a container may lack.
+            raise PermissionError(
+                "the sandbox cannot end an execution: killing its slot's user's processes needs CAP_KILL"
+            ) from None

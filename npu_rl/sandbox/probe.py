@@ -15,6 +15,8 @@ from .request import Caps, RunCodeRequest
 DOCTOR_UID = 60999
 # The interpreter and its libraries, and the jail around them.
 PROBE = ("import numpy, sympy; print(int(sympy.Integer(6) * int(numpy.int64(7))))", "42")
+# And one that must be ended at its time limit (bash's sleep: no interpreter start to wait for).
+STOP = ("sleep 30", 0.5)
 # What bwrap's refusal means in a container, and the setting that lifts it.
 HINTS = (
     (
@@ -36,6 +38,10 @@ HINTS = (
         "seccomp=unconfined, or Kubernetes' securityContext.seccompProfile.type: Unconfined",
     ),
     (
+        "CAP_KILL",
+        "the service ends executions run as its slots' users: root with the capability KILL (its pod's capabilities)",
+    ),
+    (
         "CAP_SETUID",
         "the service runs each slot as a user of its own: run it as root (in its pod: runAsUser 0 and the "
         "capabilities SETUID and SETGID)",
@@ -55,13 +61,19 @@ def isolation_fault(jail: jails.Jail, caps: Caps) -> str | None:
     """Why no execution can be isolated in ``jail`` here (with its hint), or None where the probe ran."""
 
     async def probe() -> str | None:
-        outcome = await Executor(jail, caps, 1).run(
-            RunCodeRequest(code=PROBE[0], run_timeout=min(30.0, caps.max_run_timeout))
-        )
+        executor = Executor(jail, caps, 1)
+        outcome = await executor.run(RunCodeRequest(code=PROBE[0], run_timeout=min(30.0, caps.max_run_timeout)))
         if outcome.run is None:
             return outcome.error
         if outcome.run.stdout.strip() != PROBE[1]:
             return (outcome.run.stderr.strip().splitlines() or ["no output"])[-1]
+        # An execution past its time is ended: what every hostile one needs (the jail killed as its user).
+        try:
+            late = await executor.run(RunCodeRequest(code=STOP[0], language="bash", run_timeout=STOP[1]))
+        except PermissionError as err:
+            return str(err)
+        if late.run is None or late.run.status != "TimeLimitExceeded":
+            return f"an execution past its time limit was not ended: {late}"
         return None
 
     fault = asyncio.run(probe())

@@ -265,7 +265,21 @@ def test_a_port_another_live_process_claimed_is_not_chosen(tmp_path, monkeypatch
     # Its process gone, its claims are free to take (claimed directly: a port of this range may be bound by
     # whatever else runs here, which choose_ports rightly skips; make test once saw one).
     assert all(rayports.claim(port) for port in range(first, last))
-    assert (tmp_path / "claims" / str(first)).read_text() == str(os.getpid())
+    assert (tmp_path / "claims" / str(first)).read_text().split()[0] == str(os.getpid())
+
+
+def test_a_claim_whose_pid_now_names_another_process_is_taken(tmp_path, monkeypatch):
+    """Claims outlive a killed process, and its pid is given to another in time (a day of CI here left claims
+    whose pids ran other processes, and a port range came up short): a claim names its process by pid and
+    start time."""
+    from npu_rl.cluster import rayports
+
+    monkeypatch.setattr(rayports, "CLAIMS", tmp_path / "claims")
+    (tmp_path / "claims").mkdir()
+    (tmp_path / "claims" / "40200").write_text("1 1")  # pid 1 lives, but did not start at tick 1
+    (tmp_path / "claims" / "40201").write_text(f"{os.getpid()}")  # a pid alone, of a live process
+    assert rayports.claim(40200)
+    assert not rayports.claim(40201, pid=1)  # a live process's claim in the old form stands
 
 
 def test_a_process_withdraws_its_claims_as_it_exits(tmp_path):

@@ -87,12 +87,26 @@ def test_a_dump_names_stopped_silent_and_straying_processes():
             "a" * 20,
             [_proc(11, "ray::WorkerDict", stack=WAITING), _proc(12, "ray::WorkerDict", stack=COMPUTING)],
         ),
-        stacks.NodeStacks("10.0.0.2", "b" * 20, [_proc(21, "ray::WorkerDict", "stopped", WAITING)]),
+        stacks.NodeStacks(
+            "10.0.0.2",
+            "b" * 20,
+            [
+                _proc(21, "ray::WorkerDict", "stopped", WAITING),
+                # Its stack unread (py-spy found no interpreter state once in CI): still named as stopped.
+                _proc(
+                    22, "ray::WorkerDict.update_actor", "stopped", error="Error: Failed to find a python interpreter"
+                ),
+            ],
+        ),
         stacks.NodeStacks("10.0.0.3", "c" * 20, error="did not answer (GetTimeoutError)"),
     ]
     named = stacks.suspects([_proc(5, "python", error="py-spy did not answer within 20s")], nodes)
     assert any("node 10.0.0.3" in n and "did not answer" in n for n in named)
     assert any(n.startswith("pid 21 ray::WorkerDict on 10.0.0.2 is stopped") for n in named)
+    assert (
+        "pid 22 ray::WorkerDict.update_actor on 10.0.0.2 is stopped: Error: Failed to find a python interpreter"
+        in named
+    )
     assert any(n.startswith("pid 12 ") and "not in the collective" in n for n in named)
     assert any(n.startswith("pid 5 ") and "did not answer" in n for n in named)
     assert not any(n.startswith("pid 11 ") for n in named)

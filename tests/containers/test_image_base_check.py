@@ -61,3 +61,29 @@ def test_every_mismatch_is_listed_in_order():
     assert len(base_check.PINNED) == 5 and {k for _, k, _ in base_check.PINNED} <= set(
         f"ascend.{k}" for k in versions.load()["ascend"]
     )
+
+
+class _RacingContainers:
+    """podman's service answering 500 for the probe's container that has just exited, ``races`` times."""
+
+    def __init__(self, races: int):
+        self.races, self.calls = races, 0
+
+    def run(self, *args, **kwargs):
+        import json
+
+        from npu_rl.image.engine import docker_sdk
+
+        self.calls += 1
+        if self.calls <= self.races:
+            raise docker_sdk().errors.APIError('500 Server Error: ("read /proc/28707/cgroup: no such process")')
+        return json.dumps(REAL).encode()
+
+
+def test_the_probe_is_run_again_when_the_engine_loses_the_exited_container():
+    client = type("Client", (), {})()
+    client.containers = _RacingContainers(races=2)
+    assert base_check.python_set(client, "base:tag") == REAL and client.containers.calls == 3
+    client.containers = _RacingContainers(races=base_check.RACE_TRIES)
+    with pytest.raises(base_check.UserError, match=r"^base image base:tag: cannot run it .*no such process"):
+        base_check.python_set(client, "base:tag")

@@ -3,7 +3,8 @@ run here as a container of the image the manifest names, with the pod's settings
 ``hostUsers: false`` as a user namespace of its own (its root is host user 200000), ``procMount: Unmasked``,
 the seccomp and AppArmor profiles unconfined, root with SETUID and SETGID alone and no privilege escalation, a
 read-only root, its args, env and limits, no volume; its port published as its Service would reach it. The
-hostile cases are contained there too; and without each runtime setting it needs, it refuses to serve in one
+hostile cases are contained there too (a first try found the pod's capabilities short of KILL: no execution
+past its time limit could be ended); and without each runtime setting it needs, it refuses to serve in one
 line that names the setting (and runs nothing).
 
 What a kubelet does that this does not: the NetworkPolicy (nothing enforces it here; the jails have no network
@@ -51,7 +52,8 @@ def _memory(quantity: str) -> str:
 
 def podman_args(pod: dict, port: int, without: str | None = None) -> list[str]:
     """``podman run`` of the pod's one container, each field of its spec mapped (an unmapped one fails here:
-    a setting the template gains must be run too); ``without``: one runtime setting left out (a drill)."""
+    a setting the template gains must be run too); ``without``: one runtime setting, or one capability, left
+    out (a drill)."""
     assert set(pod) == {
         "restartPolicy", "hostUsers", "automountServiceAccountToken", "enableServiceLinks",
         "terminationGracePeriodSeconds", "containers",
@@ -71,7 +73,7 @@ def podman_args(pod: dict, port: int, without: str | None = None) -> list[str]:
         "hostUsers": ["--uidmap", USERNS, "--gidmap", USERNS],
         "procMount": ["--security-opt", "unmask=ALL"] if sc["procMount"] == "Unmasked" else [],
         "seccompProfile": ["--security-opt", "seccomp=unconfined"] if unconfined["seccompProfile"] else [],
-        "capabilities": [a for cap in sc["capabilities"]["add"] for a in ("--cap-add", cap)],
+        "capabilities": [a for cap in sc["capabilities"]["add"] if cap != without for a in ("--cap-add", cap)],
     }
     args = [
         "podman", "run", "--detach", "--runtime", "runc",
@@ -151,6 +153,7 @@ def test_the_rendered_sandbox_pod_serves_and_contains_the_attacks(image):
         ("procMount", "Can't mount proc"),
         ("seccompProfile", "seccompProfile.type: Unconfined"),
         ("capabilities", "CAP_SETUID and CAP_SETGID"),
+        ("KILL", "needs CAP_KILL"),  # the one capability alone: executions could not be ended at their limit
     ],
 )
 def test_without_each_runtime_setting_the_pod_refuses_in_one_line(image, without, says):

@@ -76,7 +76,7 @@ def test_the_sandbox_runs_in_pods_of_its_own_that_hold_nothing_of_the_job(target
     assert not any(k.startswith("huawei.com/") for k in limits)
     sc = c["securityContext"]
     assert sc["allowPrivilegeEscalation"] is False and sc["readOnlyRootFilesystem"] is True
-    assert sc["capabilities"] == {"drop": ["ALL"], "add": ["SETUID", "SETGID"]}
+    assert sc["capabilities"] == {"drop": ["ALL"], "add": ["SETUID", "SETGID", "KILL"]}
     # What each jail needs of the runtime (the compose service's systempaths and seccomp, in pod terms).
     assert sc["procMount"] == "Unmasked"
     assert sc["seccompProfile"] == {"type": "Unconfined"} and sc["appArmorProfile"] == {"type": "Unconfined"}

@@ -62,11 +62,13 @@ def serve_argv(*extra: str) -> list[str]:
 
 
 def sandbox_processes(base: int = UID_BASE) -> list[psutil.Process]:
-    """Processes of the slots' users still alive (none may outlive its execution)."""
+    """Processes of the slots' users still alive (none may outlive its execution). A zombie runs nothing: the
+    service reaps the jails' orphans itself; a drill's, whose server reaps none, its parent's death hands to
+    the host's init."""
     left = []
-    for p in psutil.process_iter(["uids"]):
+    for p in psutil.process_iter(["uids", "status"]):
         uids = p.info["uids"]
-        if uids and base <= uids.real < base + SLOTS:
+        if uids and base <= uids.real < base + SLOTS and p.info["status"] != psutil.STATUS_ZOMBIE:
             left.append(p)
     return left
 
