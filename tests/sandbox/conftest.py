@@ -103,7 +103,10 @@ def drill(request):
 
     def start(*off: str, shared_dir: str | None = None) -> Server:
         argv = [sys.executable, str(HERE / "drill_server.py"), ",".join(off), shared_dir or ""]
-        s = Server(argv + serve_argv("--uid-base", str(base))[3:])
+        # Runs that share a directory run as one slot's user: an interpreter under /tmp (a checkout there) is
+        # bound over the shared /tmp, and the mount points bwrap makes in it are the first run's user's.
+        one_slot = ["--slots", "1"] if shared_dir else []
+        s = Server(argv + serve_argv("--uid-base", str(base), *one_slot)[3:])
         started.append(s)
         return s
 
