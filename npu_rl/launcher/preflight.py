@@ -238,9 +238,7 @@ def _sandbox_fix(recipe: Recipe) -> str:
 
 def check_sandbox(ctx: JobContext) -> CheckResult:
     """The recipe's sandbox answers now (a launch waits for it first: :func:`check_launch`)."""
-    sb = ctx.recipe.sandbox
-    if not sb.enabled:
-        return ok("sandbox", "not used")
+    sb = ctx.recipe.sandbox  # run only for a recipe with a sandbox (SANDBOX_JOB_CHECKS)
     why = sandbox_client.unanswered(sb.run_code_url)
     if why is not None:
         return fail("sandbox", why, _sandbox_fix(ctx.recipe))
@@ -252,8 +250,8 @@ def check_sandbox_isolation(ctx: JobContext) -> CheckResult:
     `npu-rl sandbox serve` runs before it serves: user namespaces, an unmasked /proc, seccomp and AppArmor
     letting bwrap unshare, root for the slots' users)."""
     sb = ctx.recipe.sandbox
-    if not sb.enabled or sb.url is not None:
-        return ok("sandbox host", "not here" if sb.enabled else "not used")
+    if sb.url is not None:
+        return ok("sandbox host", "not here")
     from ..sandbox import jail as jails  # lazy: only a recipe with a sandbox on this host probes
     from ..sandbox.probe import DOCTOR_UID, isolation_fault  # lazy: as above
     from ..sandbox.request import Caps  # lazy: as above

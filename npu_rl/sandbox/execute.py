@@ -9,6 +9,7 @@ user of its own), one file's size, open files, no core dumps. Wall time is the s
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import ctypes
 import json
 import math
@@ -244,18 +245,24 @@ def _state(pid: int) -> tuple[bytes, int]:
         return b"", 0
 
 
-def running_as(uid: int) -> list[int]:
-    """The pids of every process of ``uid`` that still runs (a /proc/<pid> directory belongs to its process's
-    user; a zombie runs nothing)."""
-    pids = []
+def _processes_of(uid: int):
+    """(pid, state letter, parent pid) of every process of ``uid``, zombies included (a /proc/<pid> directory
+    belongs to its process's user)."""
     for entry in os.scandir("/proc"):
         if entry.name.isdigit():
             try:
-                if entry.stat().st_uid == uid and _state(int(entry.name))[0] not in (b"Z", b""):
-                    pids.append(int(entry.name))
+                if entry.stat().st_uid != uid:
+                    continue
             except OSError:
-                pass  # exited meanwhile
-    return pids
+                continue  # exited meanwhile
+            state, ppid = _state(int(entry.name))
+            if state:
+                yield int(entry.name), state, ppid
+
+
+def running_as(uid: int) -> list[int]:
+    """The pids of every process of ``uid`` that still runs (a zombie runs nothing)."""
+    return [pid for pid, state, _ in _processes_of(uid) if state != b"Z"]
 
 
 async def _settle(uid: int, own: int, timeout: float = SETTLE_S) -> None:
@@ -265,30 +272,16 @@ async def _settle(uid: int, own: int, timeout: float = SETTLE_S) -> None:
     me, deadline = os.getpid(), time.monotonic() + timeout
     while time.monotonic() < deadline:
         pending = False
-        for entry in os.scandir("/proc"):
-            if not entry.name.isdigit():
-                continue
-            pid = int(entry.name)
-            try:
-                if entry.stat().st_uid != uid:
-                    continue
-            except OSError:
-                continue
-            state, ppid = _state(pid)
-            if state == b"Z":
-                if ppid == me and pid != own:
-                    try:
-                        os.waitpid(pid, os.WNOHANG)
-                    except ChildProcessError:
-                        pass
-                    pending = True
-                continue  # another's zombie holds nothing but its pid: its parent reaps it
-            if state:
-                try:
+        for pid, state, ppid in _processes_of(uid):
+            if state != b"Z":
+                with contextlib.suppress(OSError):
                     os.kill(pid, signal.SIGKILL)
-                except OSError:
-                    pass
                 pending = True
+            elif ppid == me and pid != own:
+                with contextlib.suppress(ChildProcessError):
+                    os.waitpid(pid, os.WNOHANG)
+                pending = True
+            # else: another's zombie holds nothing but its pid; its parent reaps it
         if not pending:
             return
         await asyncio.sleep(0.002)

@@ -4,7 +4,6 @@ does; `npu-rl doctor` shows it. (Against the real service: tests/sandbox/test_se
 
 from __future__ import annotations
 
-import socket
 import threading
 import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -12,6 +11,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 import pytest
 
 from npu_rl.cli import main
+from npu_rl.cluster.probe import free_port
 from npu_rl.launcher.spec import build_launch
 from npu_rl.recipe import load_recipe
 from npu_rl.sandbox import client
@@ -23,12 +23,6 @@ def workspace(tmp_path, monkeypatch, tiny_model):
     tiny_model(tmp_path / "models/tiny-qwen2", steps=1)
     assert main(["data", "math", "--from", "sample", "--out", str(tmp_path / "data/math-sample")]) == 0
     return tmp_path
-
-
-def _closed_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]  # closed again: nothing listens there
 
 
 class _Pong(BaseHTTPRequestHandler):
@@ -63,7 +57,7 @@ def answering():
 
 
 def test_a_sandbox_that_never_answers_stops_the_launch_in_one_line_before_ray(workspace, capsys):
-    port = _closed_port()
+    port = free_port()  # nothing listens there
     sets = ["--set", "sandbox.enabled=true", "--set", f"sandbox.port={port}", "--set", "sandbox.wait_s=1"]
     t0 = time.monotonic()
     assert main(["train", "--recipe", "tiny_math_cpu", *sets]) == 2
