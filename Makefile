@@ -8,6 +8,8 @@ STAMP := $(VENV)/.installed
 DEMO_DIR ?= workspace/demo
 EVAL_VENV ?= .venv-eval
 EVAL_STAMP := $(EVAL_VENV)/.installed
+SANDBOX_VENV ?= .venv-sandbox
+SANDBOX_STAMP := $(SANDBOX_VENV)/.installed
 PYTEST_ARGS ?=
 # `make test` runs the tests without training on this many pytest-xdist workers: every core, at most 4;
 # a worker takes a whole test file, so a module's fixtures are built once. TEST_WORKERS=0: one process.
@@ -18,6 +20,7 @@ XDIST = $(if $(filter 0,$(TEST_WORKERS)),,-n $(TEST_WORKERS) --dist loadfile)
 
 help:
 	@echo "make demo   - tiny Qwen2 GRPO on CPU: model, data, train (Ray), merge, eval, report (STACK=<line>: on that stack line)"
+	@echo "make demo TASK=agent - tiny Qwen2 learns to call a code interpreter: multi-turn GRPO, verl's tool agent loop, npu-rl's sandbox"
 	@echo "make test   - the tests to run before every commit (one end-to-end smoke run; under 10 minutes on 2 cores)"
 	@echo "make test-all - every test, as CI runs it (.ci/run builds .venv-eval, .venv-npu and the images first)"
 	@echo "make render - re-render compose/ and k8s/ from the recipes"
@@ -51,6 +54,14 @@ UV_LOCKED = $(call UV_IN,$(1),--require-hashes $$($(PYTHON) -m npu_rl.envs.pipco
 # its verl with vLLM's CPU build (configs/locks/<line>/cpu.txt), the `vllm` name for it, npu-rl itself.
 # Tests and `make demo STACK=<line>` run npu-rl from there. The default line's is .venv.
 STACK ?=
+# `make demo TASK=agent` runs the agent recipe (configs/recipes/tiny_agent_cpu.yaml) on its own stack line,
+# with npu-rl's sandbox (its interpreter, .venv-sandbox, made first).
+TASK ?= math
+AGENT_RECIPE := configs/recipes/tiny_agent_cpu.yaml
+ifeq ($(TASK),agent)
+STACK := $(shell sed -n 's/^stack: *//p' $(AGENT_RECIPE))
+DEMO_DIR := workspace/demo-agent
+endif
 # The default line's environment is .venv: STACK naming it changes nothing (read without Python, which
 # .venv brings).
 DEFAULT_LINE := $(shell sed -n 's/^  default: *"\{0,1\}\([^" ]*\)"\{0,1\}.*/\1/p' configs/versions.yaml)
@@ -89,8 +100,9 @@ $(STAMP): $(LOCKS)/cpu.txt $(LOCKS)/dev.txt pyproject.toml
 # preflight says so in one line). Without a local install: docker compose --profile cpu-vllm up cpu-vllm-demo.
 ROLLOUT ?= hf
 # STACK=<line> runs it on that stack line, from its environment (.venv-<line>, made first) and workspace.
-demo: $(STAMP) $(if $(LINE),$(LINE_STAMP))
-	$(if $(LINE),$(LINE_VENV),$(VENV))/bin/python -m npu_rl.demo --workdir $(DEMO_DIR)$(if $(LINE),-$(LINE)) \
+demo: $(STAMP) $(if $(LINE),$(LINE_STAMP)) $(if $(filter agent,$(TASK)),$(SANDBOX_STAMP))
+	$(if $(LINE),$(LINE_VENV),$(VENV))/bin/python -m npu_rl.demo --task $(TASK) \
+		--workdir $(DEMO_DIR)$(if $(filter math,$(TASK)),$(if $(LINE),-$(LINE))) \
 		--rollout $(ROLLOUT) $(if $(LINE),--stack $(LINE))
 
 # Two tiers, chosen by the markers declared in pyproject.toml ([tool.pytest.ini_options] markers).
@@ -133,9 +145,7 @@ eval-venv: $(EVAL_STAMP)
 # sympy), made from a Python every user can read: each execution runs as a user of its own, which
 # cannot enter root's home (this machine's .venv comes from /root/.pyenv). npu-rl finds
 # .venv-sandbox/bin/python by itself.
-SANDBOX_VENV ?= .venv-sandbox
 SANDBOX_BASE_PYTHON ?= /usr/bin/python3
-SANDBOX_STAMP := $(SANDBOX_VENV)/.installed
 sandbox-venv: $(SANDBOX_STAMP)
 
 $(SANDBOX_STAMP): $(LOCKS)/sandbox.txt | $(STAMP)

@@ -22,13 +22,22 @@ class Exit(IntEnum):
     HUNG = 7  # train: no step completed within the watchdog's allowance; stacks dumped, run stopped
     NODE_LOST = 8  # train: a node left the cluster (killed, or frozen past Ray's health check) mid-run
     INCONSISTENT = 9  # train: the rollout's token probabilities differ from the trainer's (consistency gate)
+    SANDBOX_DOWN = 10  # train: every tool call failed to reach the sandbox for tools.code_interpreter.down_s
     PIPE_CLOSED = 141  # the reader of stdout went away (`npu-rl ... | head`); 128 + SIGPIPE as a shell reports it
     TERMINATED = 143  # SIGTERM (pod deletion, job completion); 128 + 15 as a shell reports it
 
 
 # What a cluster job does with each code when a pod exits with it. A restart resumes from the newest
 # complete checkpoint (npu-rl train --resume auto); a bad configuration fails the same way every time.
-RESTART = (Exit.HUNG, Exit.NODE_LOST, Exit.HEAD_LOST, Exit.CLUSTER_TIMEOUT, Exit.RAY_FAILED, Exit.JOIN_TIMEOUT)
+RESTART = (
+    Exit.HUNG,
+    Exit.NODE_LOST,
+    Exit.SANDBOX_DOWN,
+    Exit.HEAD_LOST,
+    Exit.CLUSTER_TIMEOUT,
+    Exit.RAY_FAILED,
+    Exit.JOIN_TIMEOUT,
+)
 ABORT = (Exit.BAD_INPUT, Exit.INCONSISTENT)
 # Why a restart cannot help, for the manifests' policy comments.
 ABORT_WHY = {

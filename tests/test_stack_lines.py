@@ -315,8 +315,9 @@ def test_every_recipe_composes_through_the_new_lines_verl_config(tmp_path):
     from npu_rl.recipe import load_recipe
 
     for name, (reward_path, manager, (tp, dp, ep), (bypass, log_probs)) in composed.items():
-        assert reward_path.endswith("npu_rl/reward/math.py") and manager == "naive", (name, reward_path, manager)
         recipe = load_recipe(name, {"stack": NEW, **({"rollout.name": "vllm"} if name == "tiny_math_cpu" else {})})
+        own = recipe.reward.function.replace(".", "/") + ".py"  # npu_rl.reward.math, .agent, .code_tests
+        assert reward_path.endswith(own) and manager == "naive", (name, reward_path, manager)
         # The skip where the recipe asks for it, as verl's bypass mode with the rollout's log-probs to use.
         skip = not recipe.optimizations.recompute_old_log_prob
         assert bypass == skip and (log_probs or not skip), (name, bypass, log_probs)

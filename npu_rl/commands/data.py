@@ -64,6 +64,38 @@ def register(sub: argparse._SubParsersAction) -> None:
         help=f"share of the file used for training (default {TRAIN_RATIO})",
     )
     d.set_defaults(func=_deepscaler)
+    a = dsub.add_parser(
+        "arithmetic",
+        help="the agent demo's task, generated: exact products for the tool agent loop, and the SFT stage's "
+        "transcripts (a teacher who calls the code interpreter half the time)",
+        **options.examples("npu-rl data arithmetic --out data/arithmetic"),
+    )
+    a.add_argument(
+        "--out", type=output_dir, required=True, help="writes OUT/train.parquet, OUT/test.parquet and OUT/sft.parquet"
+    )
+    a.add_argument("--seed", type=int, default=0)
+    a.set_defaults(func=_arithmetic)
+    for name, what, writes, example in (
+        (
+            "dapo-math",
+            "DAPO-Math-17k (verl's rows) -> ReTool's training rows",
+            "OUT/train.parquet",
+            "data/DAPO-Math-17k",
+        ),
+        ("aime", "AIME 2025 (problem, answer) -> ReTool's validation rows", "OUT/test.parquet", "data/aime_2025"),
+        (
+            "code-problems",
+            "PrimeIntellect verifiable-coding-problems -> the code agent's rows, tests as ground truth",
+            "OUT/train.parquet and OUT/validation.parquet (one row in 100)",
+            "data/verifiable-coding-problems",
+        ),
+    ):
+        c = dsub.add_parser(
+            name, help=what, **options.examples(f"npu-rl data {name} --from {example} --out data/{name}")
+        )
+        c.add_argument("--from", dest="source", type=Path, required=True, help="the download: a file or a directory")
+        c.add_argument("--out", type=output_dir, required=True, help=f"writes {writes}")
+        c.set_defaults(func=_agent_set, agent_set=name)
 
 
 def source_path(text: str | None) -> Path | None:
@@ -79,6 +111,26 @@ def source_path(text: str | None) -> Path | None:
 
 def _deepscaler(args: argparse.Namespace) -> int:
     prepare_deepscaler(args.out, args.source, train_ratio=args.train_ratio)
+    return 0
+
+
+def _agent_set(args: argparse.Namespace) -> int:
+    from ..data import agent_sources  # lazy: pyarrow
+
+    convert = {
+        "dapo-math": agent_sources.prepare_dapo_math,
+        "aime": agent_sources.prepare_aime,
+        "code-problems": agent_sources.prepare_code_problems,
+    }[args.agent_set]
+    convert(args.out, args.source)
+    return 0
+
+
+def _arithmetic(args: argparse.Namespace) -> int:
+    from ..data.arithmetic import write  # lazy: pyarrow
+
+    counts = write(args.out, seed=args.seed)
+    print(f"arithmetic: {', '.join(f'{k} {v}' for k, v in counts.items())} rows in {args.out}")
     return 0
 
 

@@ -96,7 +96,7 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 def _tiny(args: argparse.Namespace) -> int:
     from ..data.sample import generate, splits  # lazy: the job
-    from ..model.tiny import build_tiny_model  # lazy: the job
+    from ..model.tiny import AGENT_TOKENS, build_tiny_model  # lazy: the job
     from ..model.tokenizer_override import resolve_override  # lazy: the job
 
     recipe = options.load(args)
@@ -106,8 +106,16 @@ def _tiny(args: argparse.Namespace) -> int:
         if code is not None:
             return code
     override = resolve_override(recipe.model.tokenizer_config)
-    # Train the BPE on the kind of text it will see: problems, solutions and the chat template.
-    texts = [f"{r['problem']} {r['solution']}" for r in generate(512, seed=0)]
+    agent = recipe.rollout.multi_turn.enabled
+    # Train the BPE on the kind of text it will see: problems, solutions (an agent's transcripts) and the
+    # chat template.
+    if agent:
+        from ..data import arithmetic  # lazy: the job
+
+        conversations = arithmetic.transcripts(arithmetic.problems(seed=0)["train"], seed=args.seed)
+        texts = [" ".join(m["content"] for m in c) for c in conversations]
+    else:
+        texts = [f"{r['problem']} {r['solution']}" for r in generate(512, seed=0)]
     if override is not None:
         texts.append(override.read_text(encoding="utf-8"))
     out = build_tiny_model(
@@ -119,8 +127,15 @@ def _tiny(args: argparse.Namespace) -> int:
         kv_heads=args.kv_heads,
         seed=args.seed,
         chat_template_override=override,
+        extra_tokens=AGENT_TOKENS if agent else (),
     )
-    if args.warm_start_steps > 0:
+    if args.warm_start_steps > 0 and agent:
+        from ..agent.tool_config import CODE_TOOL_SCHEMA  # lazy: the job
+        from ..model.agent_warmstart import warm_start_agent  # lazy: the job
+
+        loss = warm_start_agent(out, conversations, [CODE_TOOL_SCHEMA], steps=args.warm_start_steps, seed=args.seed)
+        print(f"warm start: {args.warm_start_steps} steps on the tool transcripts, final loss {loss:.3f}")
+    elif args.warm_start_steps > 0:
         # The RL train split: the held-out test split stays unseen until evaluation.
         loss = warm_start(
             out,

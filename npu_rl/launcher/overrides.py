@@ -8,6 +8,8 @@ from pathlib import Path
 from typing import Any
 
 from .. import run_files
+from ..agent import tool_config
+from ..agent.outage import FILE_ENV as OUTAGE_ENV
 from ..errors import UserError
 from ..patches.consistency import ENV as CONSISTENCY_ENV
 from ..patches.guard import VERL_0_6_1
@@ -65,6 +67,7 @@ def build_overrides(recipe: Recipe, resume_from: Path | None = None, restart: bo
     out += rollout_engine_overrides(recipe)
     out += _platform_overrides(recipe)
     out = [for_release(o, release) for o in out]
+    out += multi_turn_overrides(recipe)
     out += [f"{verl_overrides_key(k, recipe)}={hydra_value(v)}" for k, v in recipe.verl_overrides.items()]
     return out
 
@@ -204,6 +207,36 @@ def _old_log_prob_skip(recipe: Recipe) -> list[str]:
     return []
 
 
+MULTI_TURN = "actor_rollout_ref.rollout.multi_turn"
+AGENT = "actor_rollout_ref.rollout.agent"
+TOOL_AGENT_LOOP = "tool_agent"  # verl v0.9.0 experimental/agent_loop/tool_agent_loop.py:99
+
+
+def multi_turn_overrides(recipe: Recipe) -> list[str]:
+    """verl 0.9's keys of a multi-turn recipe (trainer/config/rollout/rollout.yaml:173-257); the schema refuses
+    one on verl 0.6.1. Every prompt runs the tool agent loop, whatever its row names (agent_loop.py:624-626
+    reads a row's ``agent_name`` first)."""
+    mt = recipe.rollout.multi_turn
+    if not mt.enabled:
+        return []
+    kv: list[tuple[str, Any]] = [
+        (f"{MULTI_TURN}.enable", True),
+        (f"{MULTI_TURN}.format", mt.format),
+        (f"{MULTI_TURN}.max_parallel_calls", mt.max_parallel_calls),
+        (f"{MULTI_TURN}.max_tool_response_length", mt.max_tool_response_length),
+        (f"{MULTI_TURN}.tool_response_truncate_side", mt.tool_response_truncate_side),
+        (f"{MULTI_TURN}.tool_config_path", str(tool_config.path(recipe))),
+        (f"{AGENT}.default_agent_loop", TOOL_AGENT_LOOP),
+        ("data.return_raw_chat", True),
+    ]
+    if recipe.resources.platform != "cpu":  # a CPU host runs one (SERVER_ON_CPU)
+        kv.append((f"{AGENT}.num_workers", mt.agent_workers))
+    for key in ("max_assistant_turns", "max_user_turns"):
+        if getattr(mt, key) is not None:
+            kv.append((f"{MULTI_TURN}.{key}", getattr(mt, key)))
+    return [f"{k}={hydra_value(v)}" for k, v in kv]
+
+
 ENGINE_KWARGS = "actor_rollout_ref.rollout.engine_kwargs.vllm"
 
 
@@ -293,6 +326,11 @@ def patches_for(recipe: Recipe) -> list[str]:
     return names
 
 
+def outage_file(recipe: Recipe) -> Path:
+    """Where the code tool records that the sandbox is down (npu_rl.agent.outage)."""
+    return run_files.log_root(recipe) / "sandbox_outage.json"
+
+
 def run_env(recipe: Recipe, start_step: int | None) -> dict[str, str]:
     """The variables of a run (recipe env, log locations, platform settings) without the patch selection."""
     env = dict(recipe.env)
@@ -340,6 +378,8 @@ def run_env(recipe: Recipe, start_step: int | None) -> dict[str, str]:
         env.update(megatron_env(recipe))
     if recipe.sandbox.enabled:
         env[sandbox_client.URL_ENV] = recipe.sandbox.run_code_url
+    if recipe.tools.code_interpreter.enabled:
+        env[OUTAGE_ENV] = str(outage_file(recipe))
     return env
 
 

@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from .. import run_files
+from ..data import agent_sources
 from ..data.deepscaler import prepare as convert_deepscaler
 from ..data.math import prepare as convert_math
 from ..data.sample import sample_dir
@@ -113,6 +114,41 @@ def data_source(recipe: Recipe, source: Path | None) -> Path | None:
     return None
 
 
+# What each conversion writes, beside data.train_files[0] (and, for dapo-math, data.val_files[0]).
+WRITES = {
+    "math-lighteval": "train.parquet and test.parquet",
+    "deepscaler": "train.parquet and test.parquet",
+    "dapo-math": "train.parquet beside data.train_files[0], test.parquet beside data.val_files[0]",
+    "code-problems": "train.parquet and validation.parquet",
+}
+
+
+def _local_source(recipe: Recipe, source: Path | None, field: str, hub: str) -> Path:
+    """An agent set's raw files: read from disk only (download ``hub`` first)."""
+    given = source or (recipe_source_dir(getattr(recipe.data, field)) if getattr(recipe.data, field) else None)
+    if given is None or not given.exists():
+        raise UserError(
+            f"data: data.{field} {given or '(unset)'} not found: download {hub} (huggingface-cli download "
+            f"--repo-type dataset {hub} --local-dir DIR) and set data.{field} (or --data-source) to DIR"
+        )
+    return given
+
+
+def _prepare_agent_data(recipe: Recipe, source: Path | None) -> None:
+    d = recipe.data
+    train_dir = run_files.resolve(d.train_files[0]).parent
+    if d.format == "code-problems":
+        agent_sources.prepare_code_problems(
+            train_dir, _local_source(recipe, source, "source_dir", "PrimeIntellect/verifiable-coding-problems")
+        )
+        return
+    agent_sources.prepare_dapo_math(
+        train_dir, _local_source(recipe, source, "source_dir", "BytedTsinghua-SIA/DAPO-Math-17k")
+    )
+    val_dir = run_files.resolve(d.val_files[0]).parent
+    agent_sources.prepare_aime(val_dir, _local_source(recipe, None, "val_source_dir", "yentinglin/aime_2025"))
+
+
 def prepare_data(recipe: Recipe, source: Path | None = None) -> None:
     convert: Callable[[Path, Path | None, str], dict[str, int]]
     convert = convert_deepscaler if recipe.data.format == "deepscaler" else convert_math
@@ -121,13 +157,17 @@ def prepare_data(recipe: Recipe, source: Path | None = None) -> None:
     if all(f.is_file() for f in files):
         print(f"data: {', '.join(map(str, files))} already present", flush=True)
         return
-    out = run_files.resolve(recipe.data.train_files[0]).parent
-    convert(out, data_source(recipe, source), recipe.data.hub_dataset)
+    if recipe.data.format in ("dapo-math", "code-problems"):
+        _prepare_agent_data(recipe, source)
+    else:
+        convert(
+            run_files.resolve(recipe.data.train_files[0]).parent, data_source(recipe, source), recipe.data.hub_dataset
+        )
     missing = [f for f in files if not f.is_file()]
     if missing:
         raise UserError(
             f"data: {missing[0]} is not a file the {recipe.data.format} conversion writes (it writes "
-            f"train.parquet and test.parquet into {out}); fix data.train_files / data.val_files"
+            f"{WRITES[recipe.data.format]}); fix data.train_files / data.val_files"
         )
 
 

@@ -31,7 +31,7 @@ from ..patches.consistency import FILE_ENV
 from ..patches.rehearse import NODES_ENV, REPORT_ENV
 from ..recipe.schema import Recipe
 from .hydra import quoted
-from .overrides import build_overrides, patches_for, run_env
+from .overrides import build_overrides, outage_file, patches_for, run_env
 
 ENTRY_MODULE = "verl.trainer.main_ppo"
 RUNTIME_ENV_PREFIX = "+ray_kwargs.ray_init.runtime_env.env_vars."
@@ -55,6 +55,7 @@ class LaunchSpec:
     log_dir: Path
     attest_file: Path
     consistency_file: Path | None = None  # the consistency gate's verdicts (recipes with the gate)
+    outage_file: Path | None = None  # the code tool's verdict that the sandbox is down (recipes with the tool)
     rehearsal_report: Path | None = None
     notes: tuple[str, ...] = ()  # what the launch decided that a user should read (a damaged checkpoint)
 
@@ -136,6 +137,7 @@ def build_launch(recipe: Recipe, *, python: str | None = None, rehearse: bool = 
         log_dir=log_dir,
         attest_file=attest_file,
         consistency_file=consistency_file,
+        outage_file=outage_file(recipe) if recipe.tools.code_interpreter.enabled else None,
         rehearsal_report=report,
         notes=tuple(notes),
     )

@@ -21,6 +21,9 @@ from pathlib import Path
 from typing import TextIO
 
 from .. import run_files
+from ..agent import tool_config
+from ..agent.outage import VerdictWatch
+from ..agent.outage import verdict_error as outage_verdict
 from ..cluster import proctree
 from ..cluster.crossnode import check_cluster
 from ..cluster.membership import connected
@@ -77,6 +80,10 @@ def run_training(recipe: Recipe, *, ray_port: int | None = None, verbose: bool =
     spec.attest_file.unlink(missing_ok=True)
     if spec.consistency_file is not None:
         spec.consistency_file.unlink(missing_ok=True)
+    if recipe.rollout.multi_turn.enabled:
+        tool_config.path(recipe).write_text(tool_config.text(recipe), encoding="utf-8")
+    if spec.outage_file is not None:
+        spec.outage_file.unlink(missing_ok=True)
     log_file = run_files.new_console_log(recipe)
     mode = choose_mode(verbose, sys.stdout)
     resumed = spec.start_step is not None and recipe.checkpoint.resume == "auto"
@@ -164,6 +171,15 @@ def _attempt(
         gate = verdict_error(spec.consistency_file)
         if gate:  # the gate raised in the TaskRunner, and verl exited on it
             code, error = Exit.INCONSISTENT, gate
+    if code not in (0, Exit.TERMINATED) and spec.outage_file is not None:
+        down = outage_verdict(spec.outage_file)
+        if down:  # the code tool stopped the rollout (npu_rl.agent.outage)
+            kept = run_files.latest_step(recipe)
+            code, error = (
+                Exit.SANDBOX_DOWN,
+                (f"{down}; checkpoints up to step {kept} are kept" if kept else f"{down}; no checkpoint was saved")
+                + "; re-run once the sandbox answers to resume",
+            )
     if error is None and code != 0 and code < 128 and code != Exit.TERMINATED:
         # verl's own failure: its exception's last line, not the traceback, reaches the terminal.
         error = f"training exited with code {code}" + (f": {why}" if (why := console.error_line()) else "")
@@ -278,8 +294,15 @@ def _run(
                 proctree.stop(proc, grace=30.0)
 
         watchdog = Watchdog(clock, on_hang)
+        # The code tool's verdict that the sandbox is down: verl trains on around a failed rollout, so the
+        # launch stops it (npu_rl.agent.outage).
+        outage = (
+            VerdictWatch(spec.outage_file, lambda: proctree.stop(proc, grace=30.0))
+            if spec.outage_file is not None
+            else contextlib.nullcontext()
+        )
         try:
-            with watchdog:
+            with watchdog, outage:
                 for line in proc.stdout:
                     _keep(log, line)
                     step = console.feed(line)
@@ -294,6 +317,8 @@ def _run(
                 proctree.stop(proc, grace=30.0)
                 return 1, error
             code = proc.wait()
+            if isinstance(outage, VerdictWatch) and outage.seen is not None:
+                return Exit.SANDBOX_DOWN, None  # the line is the verdict's (_attempt)
             if watchdog.tripped:
                 watchdog.join()
                 if code != 0:  # verl may have finished on its own while the watchdog was dumping

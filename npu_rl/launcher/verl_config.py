@@ -43,8 +43,13 @@ def _select(cfg, key: str) -> Any:
 
 
 # Keys whose yaml default is written as an int although verl's dataclass field is a float
-# (verl 0.6.1 trainer/config/rollout/rollout.yaml `top_p: 1`; workers/config/rollout.py `top_p: float`).
-_FLOAT_KEYS = {"actor_rollout_ref.rollout.top_p", "actor_rollout_ref.rollout.val_kwargs.top_p"}
+# (verl 0.6.1 trainer/config/rollout/rollout.yaml `top_p: 1`; workers/config/rollout.py `top_p: float`; verl 0.9.0
+# rollout.yaml:164 `val_kwargs.temperature: 0`, workers/config/rollout.py:40 `temperature: float`).
+_FLOAT_KEYS = {
+    "actor_rollout_ref.rollout.top_p",
+    "actor_rollout_ref.rollout.val_kwargs.top_p",
+    "actor_rollout_ref.rollout.val_kwargs.temperature",
+}
 
 
 def _compatible(default: Any, value: Any) -> bool:

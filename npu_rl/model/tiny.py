@@ -12,9 +12,11 @@ from .tokenizer_override import apply_override
 SPECIAL_TOKENS = ["<|endoftext|>", "<|im_start|>", "<|im_end|>"]
 # The reward's format tags become single tokens so that a tiny model can learn them.
 TAG_TOKENS = ["<think>", "</think>", "<answer>", "</answer>", "\\boxed{"]
+# An agent's: the hermes tool-call tags, and Qwen2.5's around a tool's answer.
+AGENT_TOKENS = ("<tool_call>", "</tool_call>", "<tool_response>", "</tool_response>")
 
 
-def train_tokenizer(texts: Iterable[str], vocab_size: int = 1024):
+def train_tokenizer(texts: Iterable[str], vocab_size: int = 1024, extra_tokens: Iterable[str] = ()):
     from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers  # lazy: tokenizers
     from transformers import PreTrainedTokenizerFast  # lazy: transformers
 
@@ -42,7 +44,7 @@ def train_tokenizer(texts: Iterable[str], vocab_size: int = 1024):
         # Qwen2 takes no token_type_ids; generate() rejects unused inputs.
         model_input_names=["input_ids", "attention_mask"],
     )
-    fast.add_tokens(TAG_TOKENS)  # type: ignore[attr-defined]  # lazy export typed as its dummy
+    fast.add_tokens([*TAG_TOKENS, *extra_tokens])  # type: ignore[attr-defined]  # lazy export typed as its dummy
     fast.padding_side = "left"  # type: ignore[attr-defined]  # lazy export typed as its dummy
     return fast
 
@@ -58,12 +60,13 @@ def build_tiny_model(
     vocab_size: int = 1024,
     seed: int = 0,
     chat_template_override: Path | None = None,
+    extra_tokens: Iterable[str] = (),
 ) -> Path:
     import torch  # lazy: torch
     from transformers import GenerationConfig, Qwen2Config, Qwen2ForCausalLM  # lazy: transformers
 
     out.mkdir(parents=True, exist_ok=True)
-    tokenizer = train_tokenizer(texts, vocab_size=vocab_size)
+    tokenizer = train_tokenizer(texts, vocab_size=vocab_size, extra_tokens=extra_tokens)
     tokenizer.save_pretrained(out)
     if chat_template_override is not None:
         apply_override(out, chat_template_override)

@@ -36,10 +36,13 @@ def flip_sign(answer: str) -> str:
 SIGN_ERROR = 0.5
 FORMAT_ERROR = 0.3
 
-Example = tuple[list[int], int]  # token ids (prompt + response), prompt length
+# token ids (prompt + response), and the prompt's length or a 0/1 mask of the tokens trained
+Example = tuple[list[int], int | list[int]]
 
 
-def build_examples(tokenizer, rows: list[dict], prompt_suffix: str) -> list[dict[tuple[bool, bool], Example]]:
+def build_examples(
+    tokenizer, rows: list[dict], prompt_suffix: str
+) -> list[dict[tuple[bool, bool], tuple[list[int], int]]]:
     """Every teacher answer to each row with a boxed answer, keyed (sign slipped, left unboxed)."""
     examples = []
     for row in rows:
@@ -79,6 +82,21 @@ def warm_start(
     for name, p in (("sign_error", sign_error), ("format_error", format_error)):
         if not 0.0 <= p <= 1.0:
             raise ValueError(f"{name} must be in [0, 1], got {p}")
+    from transformers import AutoTokenizer  # lazy: transformers
+
+    examples = build_examples(AutoTokenizer.from_pretrained(model_dir), rows, INSTRUCTION)
+
+    def draw(rng: random.Random) -> list[Example]:
+        drawn = rng.sample(examples, min(batch_size, len(examples)))
+        return [v[rng.random() < sign_error, rng.random() < format_error] for v in drawn]
+
+    return teacher_force(model_dir, draw, steps=steps, lr=lr, seed=seed)
+
+
+def teacher_force(model_dir: Path, draw, *, steps: int, lr: float = 3e-3, seed: int = 0) -> float:
+    """``steps`` of teacher forcing on the batches ``draw(rng)`` gives, saved into ``model_dir`` in place;
+    returns the final loss. An example is (token ids, prompt length), every later token trained, or (token
+    ids, a 0/1 mask of the tokens trained)."""
     import torch  # lazy: torch
     from rich.progress import Progress  # lazy: rich
     from transformers import AutoModelForCausalLM, AutoTokenizer  # lazy: transformers
@@ -88,7 +106,6 @@ def warm_start(
     tokenizer = AutoTokenizer.from_pretrained(model_dir)
     model = AutoModelForCausalLM.from_pretrained(model_dir, torch_dtype=torch.float32)
     model.train()
-    examples = build_examples(tokenizer, rows, INSTRUCTION)
     optim = torch.optim.AdamW(model.parameters(), lr=lr, weight_decay=0.0)
     sched = torch.optim.lr_scheduler.CosineAnnealingLR(optim, T_max=steps)
     pad = tokenizer.pad_token_id
@@ -100,15 +117,19 @@ def warm_start(
     with Progress(transient=True, console=Console(stderr=True, force_jupyter=False)) as progress:
         task = progress.add_task("warm start (teacher forcing)", total=steps)
         for _ in range(steps):
-            drawn = rng.sample(examples, min(batch_size, len(examples)))
-            batch = [v[rng.random() < sign_error, rng.random() < format_error] for v in drawn]
+            batch = draw(rng)
             width = max(len(ids) for ids, _ in batch)
             input_ids = torch.full((len(batch), width), pad, dtype=torch.long)
             labels = torch.full((len(batch), width), -100, dtype=torch.long)
             mask = torch.zeros((len(batch), width), dtype=torch.long)
-            for i, (ids, n_prompt) in enumerate(batch):
-                input_ids[i, : len(ids)] = torch.tensor(ids)
-                labels[i, n_prompt : len(ids)] = torch.tensor(ids[n_prompt:])
+            for i, (ids, trained) in enumerate(batch):
+                row = torch.tensor(ids)
+                input_ids[i, : len(ids)] = row
+                if isinstance(trained, int):
+                    labels[i, trained : len(ids)] = row[trained:]
+                else:
+                    keep = torch.tensor(trained, dtype=torch.bool)
+                    labels[i, : len(ids)] = torch.where(keep, row, torch.full_like(row, -100))
                 mask[i, : len(ids)] = 1
             loss = model(input_ids=input_ids, attention_mask=mask, labels=labels).loss
             optim.zero_grad()

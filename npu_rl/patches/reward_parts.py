@@ -22,8 +22,12 @@ from .guard import METRIC_UTILS, RAY_TRAINER, TRAINER_BASE, VERL_0_6_1, VERL_0_9
 
 PATCH_NAME = "reward_parts"
 PREFIX = "reward/"
-# The numeric parts npu_rl.reward.math returns per sample (tests/patches/test_reward_parts.py checks them).
-PARTS = ("acc", "format", "cot", "boxed", "unevaluated")
+# The numeric parts each reward returns per sample (tests/patches/test_reward_parts.py checks them): npu_rl.reward.math,
+# npu_rl.reward.agent and npu_rl.reward.code_tests; a part no sample of a step carries is left out of its metrics.
+MATH_PARTS = ("acc", "format", "cot", "boxed", "unevaluated")
+AGENT_PARTS = ("acc", "boxed", "unevaluated", "turns", "tool_calls", "tool_errors")
+CODE_PARTS = ("acc", "passed", "sandbox_errors", "turns", "tool_calls", "tool_errors")
+PARTS = tuple(dict.fromkeys(MATH_PARTS + AGENT_PARTS + CODE_PARTS))
 FINGERPRINTS = {
     f"{RAY_TRAINER}:RayPPOTrainer.fit": "3661c861fcee4890",
     f"{METRIC_UTILS}:compute_data_metrics": "683347d0d391b74b",

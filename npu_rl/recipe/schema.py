@@ -117,7 +117,9 @@ class DataSpec(Strict):
     )
     # The raw data's shape: MATH-lighteval parquet (`npu-rl data math`) or DeepScaleR-Preview's
     # deepscaler.json (`npu-rl data deepscaler`, what cann-recipes-train's DeepSeek-R1 run trains on).
-    format: Literal["math-lighteval", "deepscaler"] = Field(
+    # The agent recipes': DAPO-Math-17k with AIME 2025 to validate (ReTool; `npu-rl data dapo-math` and
+    # `npu-rl data aime`), and PrimeIntellect's verifiable coding problems (`npu-rl data code-problems`).
+    format: Literal["math-lighteval", "deepscaler", "dapo-math", "code-problems"] = Field(
         "math-lighteval", description="Shape of the raw data `npu-rl prepare` converts; npu-rl only"
     )
     # Where the raw data is read from (offline is normal); the hub dataset is the fallback.
@@ -129,6 +131,11 @@ class DataSpec(Strict):
     hub_dataset: str = Field(
         "DigitalLearningGmbH/MATH-lighteval",
         description="Hub dataset `npu-rl prepare` falls back to without source_dir; npu-rl only",
+    )
+    val_source_dir: str | None = Field(
+        None,
+        description="Raw validation data where it is another set than the training data's (dapo-math: AIME "
+        "2025), relative to the workspace; npu-rl only",
     )
 
 
@@ -294,6 +301,72 @@ class ActorSpec(Strict):
     )
 
 
+class MultiTurnSpec(Strict):
+    """Rollouts over several turns, in which the policy calls tools (verl 0.9's tool agent loop)."""
+
+    enabled: bool = Field(
+        False,
+        description="Every prompt runs verl's tool agent loop (tool_agent) with the recipe's `tools` -> verl 0.9.0 "
+        "`actor_rollout_ref.rollout.multi_turn.enable` and `actor_rollout_ref.rollout.agent.default_agent_loop`",
+    )
+    format: Literal["hermes"] = Field(
+        "hermes", description="How tool calls are written -> verl 0.9.0 `actor_rollout_ref.rollout.multi_turn.format`"
+    )
+    max_assistant_turns: int | None = Field(
+        None,
+        gt=0,
+        description="Turns of the policy at most -> verl 0.9.0 "
+        "`actor_rollout_ref.rollout.multi_turn.max_assistant_turns`",
+    )
+    max_user_turns: int | None = Field(
+        None,
+        gt=0,
+        description="Tool answers at most -> verl 0.9.0 `actor_rollout_ref.rollout.multi_turn.max_user_turns`",
+    )
+    max_parallel_calls: int = Field(
+        1,
+        gt=0,
+        description="Tool calls run from one turn -> verl 0.9.0 "
+        "`actor_rollout_ref.rollout.multi_turn.max_parallel_calls`",
+    )
+    max_tool_response_length: int = Field(
+        256,
+        gt=0,
+        description="Characters of a tool's answer the policy sees -> verl 0.9.0 "
+        "`actor_rollout_ref.rollout.multi_turn.max_tool_response_length`",
+    )
+    tool_response_truncate_side: Literal["left", "middle", "right"] = Field(
+        "middle",
+        description="Which part of a longer answer is cut -> verl 0.9.0 "
+        "`actor_rollout_ref.rollout.multi_turn.tool_response_truncate_side`",
+    )
+    agent_workers: int = Field(
+        8,
+        gt=0,
+        description="Agent loop workers (Ray actors) -> verl 0.9.0 `actor_rollout_ref.rollout.agent.num_workers`",
+    )
+
+
+class CodeToolSpec(Strict):
+    """The code interpreter the policy calls (npu_rl.agent.code_tool): its code runs in the recipe's sandbox."""
+
+    enabled: bool = Field(False, description="Offer the policy the `code_interpreter` tool; npu-rl only")
+    run_timeout_s: float = Field(10.0, gt=0, description="One call's run time at most, seconds; npu-rl only")
+    memory_mb: int = Field(-1, description="One call's memory, MiB (-1: the sandbox's default); npu-rl only")
+    down_s: float = Field(
+        120.0,
+        gt=0,
+        description="Every call failing this long stops the run (exit SANDBOX_DOWN, resumable); npu-rl only",
+    )
+
+
+class ToolsSpec(Strict):
+    """The tools of a multi-turn rollout; their configuration file is written at launch (verl 0.9.0's
+    `actor_rollout_ref.rollout.multi_turn.tool_config_path`)."""
+
+    code_interpreter: CodeToolSpec = Field(CodeToolSpec(), description="Run Python in the sandbox")
+
+
 class RolloutSpec(Strict):
     """The generation engine that samples the responses."""
 
@@ -376,6 +449,7 @@ class RolloutSpec(Strict):
         description="vllm-ascend's Ascend scheduler -> verl "
         "`+actor_rollout_ref.rollout.engine_kwargs.vllm.additional_config` (ascend_scheduler_config)",
     )
+    multi_turn: MultiTurnSpec = Field(MultiTurnSpec(), description="Multi-turn rollouts with tool calls (verl 0.9)")
 
 
 class ResourcesSpec(Strict):
@@ -691,6 +765,7 @@ class Recipe(Strict):
     reshard: ReshardSpec = Field(ReshardSpec(), description="Megatron -> rollout weight sync by alltoallv (NPU)")
     prepare: PrepareSpec = Field(PrepareSpec(), description="Jobs run once before training (`npu-rl prepare`)")
     sandbox: SandboxSpec = Field(SandboxSpec(), description="Where the policy's code runs (code rewards, tools)")
+    tools: ToolsSpec = Field(ToolsSpec(), description="Tools of multi-turn rollouts (rollout.multi_turn)")
     env: dict[str, str] = Field(
         default_factory=dict,
         description="Environment exported to every process "
@@ -911,6 +986,22 @@ class Recipe(Strict):
                 "model.enable_gradient_checkpointing with actor.strategy megatron needs actor.recompute "
                 "(verl 0.6.1 megatron ignores the flag; recompute is Megatron-core's recompute_* settings)"
             )
+        return self
+
+    @model_validator(mode="after")
+    def _tools_need_their_loop(self) -> Recipe:
+        mt, code = self.rollout.multi_turn, self.tools.code_interpreter
+        if mt.enabled and versions.line_verl(self.stack_line) == "0.6.1":
+            raise ValueError(
+                f"rollout.multi_turn on stack line {self.stack_line}: npu-rl runs tool calls through verl 0.9's "
+                "tool agent loop; set stack: cann9.1-verl0.9"
+            )
+        if mt.enabled and not code.enabled:
+            raise ValueError("rollout.multi_turn.enabled needs a tool: set tools.code_interpreter.enabled: true")
+        if code.enabled and not mt.enabled:
+            raise ValueError("tools.code_interpreter is called in multi-turn rollouts: set rollout.multi_turn.enabled")
+        if code.enabled and not self.sandbox.enabled:
+            raise ValueError("tools.code_interpreter runs the policy's code in the sandbox: set sandbox.enabled: true")
         return self
 
     @model_validator(mode="after")

@@ -351,6 +351,11 @@ COMMITTED: list[tuple[str, str, int | None]] = [
     ("qwen3_32b_grpo_a3", "kuberay", None),
     ("qwen3_235b_a22b_grpo_a3", "volcano", None),
     ("qwen3_235b_a22b_grpo_a3", "kuberay", None),
+    # The agent recipes: their sandbox pods beside the job (docs/agents.md, docs/sandbox.md).
+    ("qwen3_4b_retool_dapo_a3", "volcano", None),
+    ("qwen3_4b_retool_dapo_a3", "kuberay", None),
+    ("qwen3_1_7b_code_toolcall_a2", "volcano", None),
+    ("qwen3_1_7b_code_toolcall_a2", "kuberay", None),
 ]
 
 

@@ -97,6 +97,13 @@ def _on_policy(recipe: Any) -> bool | None:
     return a.ppo_epochs == 1 and a.ppo_mini_batch_size == a.train_batch_size
 
 
+def _turn_cap(recipe: Any) -> int | None:
+    mt = recipe.rollout.multi_turn if recipe is not None else None
+    if mt is None or not mt.enabled or mt.max_assistant_turns is None or mt.max_user_turns is None:
+        return None
+    return 1 + mt.max_assistant_turns + mt.max_user_turns  # verl's num_turns counts the prompt too
+
+
 def build_report(
     run_dir: str | Path,
     out_dir: str | Path | None = None,
@@ -122,7 +129,9 @@ def build_report(
         raise UserError(f"evaluation table not found: {table_path}")
     eval_acc, eval_md = _eval_accuracy(table_path)
 
-    ctx = Context(series=series, thresholds=t, on_policy=_on_policy(recipe), eval_accuracy=eval_acc)
+    ctx = Context(
+        series=series, thresholds=t, on_policy=_on_policy(recipe), eval_accuracy=eval_acc, turn_cap=_turn_cap(recipe)
+    )
     findings = apply_rules(ctx)
     out = Path(out_dir) if out_dir else run_dir / "report"
     out.mkdir(parents=True, exist_ok=True)

@@ -46,6 +46,8 @@ class Context:
     on_policy: bool | None = None
     # (baseline accuracy, trained accuracy, trained step) from the evaluation table, percent.
     eval_accuracy: tuple[float, float, int] | None = None
+    # A multi-turn recipe's most turns a rollout can have (the prompt, the policy's and the tools').
+    turn_cap: int | None = None
 
 
 @dataclass(frozen=True)
@@ -363,7 +365,8 @@ def length_collapse(t: th.ResponseLength, s: Series) -> list[Hit]:
 @rule(
     "first",
     "Answers are cut off before they finish, so they cannot be graded correct. Raise "
-    "data.max_response_length, or check the rollouts for endless repetition.",
+    "data.max_response_length, or check the rollouts for endless repetition. In a multi-turn run the tools' "
+    "answers count toward it too (rollout.multi_turn.max_tool_response_length).",
     reads=("response_length", "clip_metric"),
 )
 def length_clipped(t: th.ResponseLength, c: Series) -> list[Hit]:
@@ -371,6 +374,48 @@ def length_clipped(t: th.ResponseLength, c: Series) -> list[Hit]:
     return [
         _hit(c, a, b, f"{c.values[a]:.0%} of responses hit max_response_length, for {b - a + 1} logged steps")
         for a, b in runs(c.values >= t.clip_near_one, t.clip_points)
+    ]
+
+
+@rule(
+    "first",
+    "Tool calls fail in the sandbox, so the policy reads error text instead of results. Check the sandbox's "
+    "/health (its slots, queue and rejected requests) and tools.code_interpreter.run_timeout_s; a run stops by "
+    "itself only once every call fails for tools.code_interpreter.down_s.",
+)
+def tool_errors(ctx: Context) -> list[Hit]:
+    t = ctx.thresholds.agent
+    calls, errors = _series(ctx, t.calls_metric), _series(ctx, t.errors_metric)
+    if calls is None or errors is None:
+        return []
+    steps = [int(st) for st in calls.steps if int(st) in {int(e) for e in errors.steps}]
+    rates = np.array([errors.value_at(st) / c if (c := calls.value_at(st)) > 0 else 0.0 for st in steps])
+    rate = Series(f"{t.errors_metric} / {t.calls_metric}", np.array(steps), rates)
+    return [
+        _hit(
+            rate,
+            a,
+            b,
+            f"{rate.values[a]:.0%} of tool calls did not run, for {b - a + 1} logged steps",
+            critical=bool(np.all(rate.values[a : b + 1] >= 1.0)),
+        )  # fmt: skip
+        for a, b in runs(rates > t.error_rate_above, t.min_points)
+    ]
+
+
+@rule(
+    "first",
+    "Rollouts run into the turn cap instead of ending with an answer: the policy loops on its tool. Read the "
+    "rollouts; raise rollout.multi_turn.max_assistant_turns / max_user_turns only if the task needs more turns.",
+)
+def turns_at_cap(ctx: Context) -> list[Hit]:
+    t = ctx.thresholds.agent
+    s = _series(ctx, t.turns_metric)
+    if s is None or ctx.turn_cap is None:
+        return []
+    return [
+        _hit(s, a, b, f"a rollout reached the cap of {ctx.turn_cap} turns at each of {b - a + 1} logged steps")
+        for a, b in runs(s.values >= ctx.turn_cap, t.cap_points)
     ]
 
 

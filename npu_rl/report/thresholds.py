@@ -95,6 +95,17 @@ class Compare(Strict):
         return self
 
 
+class Agent(Strict):
+    """Multi-turn runs (docs/agents.md): tool calls failing, rollouts running into the turn cap."""
+
+    calls_metric: str
+    errors_metric: str
+    turns_metric: str
+    error_rate_above: float = Field(gt=0, le=1)
+    min_points: int = Field(gt=0)
+    cap_points: int = Field(gt=0)
+
+
 class Thresholds(Strict):
     entropy: Entropy
     kl: Kl
@@ -103,6 +114,7 @@ class Thresholds(Strict):
     grad_norm: GradNorm
     response_length: ResponseLength
     reward_hacking: RewardHacking
+    agent: Agent
     throughput: Throughput
     compare: Compare
 

@@ -23,6 +23,9 @@ from .scalars import Series
 THROUGHPUT = "perf/throughput"
 TOTAL_TOKENS = "perf/total_num_tokens"
 STEP = "timing_s/step"
+# A multi-turn run's per-rollout means (verl v0.9.0 agent_loop.py:1256-1287, logged under timing_s/).
+AGENT_GENERATE = "timing_s/agent_loop/generate_sequences/mean"
+AGENT_TOOLS = "timing_s/agent_loop/tool_calls/mean"
 # verl 0.6.1 compute_data_metrics (metric_utils.py:189, 205): means over the batch's sequences.
 PROMPT_MEAN = "prompt_length/mean"
 RESPONSE_MEAN = "response_length/mean"
@@ -90,6 +93,9 @@ class ThroughputCard:
     device: str | None = None
     references: list[Reference] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
+    # A multi-turn run's rollouts, medians over the measured steps of verl's per-rollout means: (seconds in
+    # generation, seconds waiting on tools). verl's agent loop times both (tool_agent_loop.py:234, :319).
+    agent_loop: tuple[float, float] | None = None
 
     @property
     def measured(self) -> list[StepThroughput]:
@@ -116,6 +122,7 @@ class ThroughputCard:
             "references": [vars(r) for r in self.references],
             "notes": self.notes,
             "per_step": [s.to_dict() for s in self.per_step],
+            "agent_loop_s": None if self.agent_loop is None else dict(zip(("generation", "tools"), self.agent_loop)),
         }
 
     def text_lines(self) -> list[str]:
@@ -140,6 +147,12 @@ class ThroughputCard:
         lines.append(
             f"step time: {m['step_s']:.3g} s; shares: " + ", ".join(f"{p} {self.shares[p]:.0%}" for p in PARTS)
         )
+        if self.agent_loop is not None:
+            gen, tools = self.agent_loop
+            lines.append(
+                f"agent loop, per rollout: {gen:.3g} s generating, {tools:.3g} s waiting on tools "
+                f"({tools / (gen + tools) if gen + tools > 0 else 0:.0%} of the two)"
+            )
         for r in self.references:
             vs = f" (this run: {r.ratio:.2f}x)" if r.ratio is not None else ""
             lines.append(f"published: {r.name}: {fmt(r.value)} {r.unit}{vs} (source: npu_rl/report/published.yaml)")
@@ -158,6 +171,13 @@ def _dies(n: int | None) -> str:
 
 
 def _finite(v: float) -> float | None:
+    return v if math.isfinite(v) else None
+
+
+def _at(series: dict[str, Series], tag: str, step: int) -> float | None:
+    if tag not in series:
+        return None
+    v = series[tag].value_at(step)
     return v if math.isfinite(v) else None
 
 
@@ -312,6 +332,9 @@ def throughput_card(
         card.notes.append("no recipe: per-card figures, e2e_tps and the run's conditions need --recipe")
     if run_dir is not None:
         _graph_rows(card, Path(run_dir), recipe)
+    gen, tools = (_median([_at(series, tag, s.step) for s in measured]) for tag in (AGENT_GENERATE, AGENT_TOOLS))
+    if gen is not None and tools is not None:
+        card.agent_loop = (gen, tools)
     if GENERATE not in series:
         card.notes.append(f"no {GENERATE}: generation includes the weight sync")
     if OLD_LOG_PROB not in series:

@@ -4,6 +4,7 @@ start (npu_rl.launcher.preflight), of npu-rl's own service or of any SandboxFusi
 
 from __future__ import annotations
 
+import json
 import time
 import urllib.error
 import urllib.request
@@ -13,6 +14,8 @@ from collections.abc import Callable
 URL_ENV = "NPU_RL_SANDBOX_URL"
 PING_TIMEOUT_S = 5.0
 POLL_S = 2.0
+# Beyond a request's own run time: a jail's start, and a queue before a free slot.
+ANSWER_GRACE_S = 30.0
 
 
 def ping_url(run_code_url: str) -> str:
@@ -49,3 +52,53 @@ def wait_answered(
             told = True
         time.sleep(min(poll_s, left))
     return None
+
+
+class Unavailable(Exception):
+    """The sandbox did not run the code: nothing answered, it refused the request, or it failed itself
+    (SandboxFusion's ``SandboxError``). Not the code's own failure, which is an answer."""
+
+
+def run_code(
+    run_code_url: str,
+    code: str,
+    *,
+    run_timeout: float,
+    memory_mb: int = -1,
+    language: str = "python",
+    stdin: str | None = None,
+) -> dict:
+    """SandboxFusion's answer to running ``code`` (``status``, ``run_result``); Unavailable where the sandbox
+    gave none. The request is SandboxFusion's (npu_rl.sandbox.request), so any SandboxFusion serves it."""
+    body = {
+        "code": code,
+        "language": language,
+        "run_timeout": run_timeout,
+        "memory_limit_MB": memory_mb,
+        "stdin": stdin,
+    }
+    req = urllib.request.Request(
+        run_code_url, data=json.dumps(body).encode(), headers={"Content-Type": "application/json"}, method="POST"
+    )
+    wait = run_timeout + ANSWER_GRACE_S
+    try:
+        with urllib.request.urlopen(req, timeout=wait) as r:  # noqa: S310 (http(s) only: the recipe's pattern)
+            answer = json.loads(r.read())
+    except urllib.error.HTTPError as e:
+        raise Unavailable(f"{run_code_url} answered HTTP {e.code}: {_error_text(e)}") from None
+    except (urllib.error.URLError, OSError) as e:
+        raise Unavailable(f"nothing answers at {run_code_url} ({getattr(e, 'reason', e)})") from None
+    except ValueError:
+        raise Unavailable(f"{run_code_url} answered something that is not JSON") from None
+    if not isinstance(answer, dict) or answer.get("status") not in ("Success", "Failed"):
+        status = answer.get("status") if isinstance(answer, dict) else None
+        why = (answer.get("message") if isinstance(answer, dict) else None) or "no message"
+        raise Unavailable(f"the sandbox failed itself ({status}): {why}")
+    return answer
+
+
+def _error_text(e: urllib.error.HTTPError) -> str:
+    try:
+        return str(json.loads(e.read(4096)).get("error", ""))[:200]
+    except (ValueError, AttributeError, OSError):
+        return e.reason if isinstance(e.reason, str) else ""

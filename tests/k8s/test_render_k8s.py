@@ -51,10 +51,14 @@ def _job(docs):
     return job
 
 
-def _pod_templates(job) -> list[tuple[str, int, dict]]:
-    """(role, replicas, pod template) of every pod group of the job."""
+SANDBOX_TASK = "sandbox"  # a recipe's sandbox pods, beside the training pods (tests/k8s/test_render_sandbox.py)
+
+
+def _pod_templates(job, sandbox: bool = False) -> list[tuple[str, int, dict]]:
+    """(role, replicas, pod template) of every training pod group of the job (``sandbox``: the sandbox's too)."""
     if job["kind"] == "Job":
-        return [(t["name"], t["replicas"], t["template"]) for t in job["spec"]["tasks"]]
+        tasks = [t for t in job["spec"]["tasks"] if sandbox or t["name"] != SANDBOX_TASK]
+        return [(t["name"], t["replicas"], t["template"]) for t in tasks]
     spec = job["spec"]["rayClusterSpec"]
     groups = [("head", 1, spec["headGroupSpec"]["template"])]
     groups += [(g["groupName"], g["replicas"], g["template"]) for g in spec.get("workerGroupSpecs", [])]
@@ -80,7 +84,8 @@ def test_gang_size_equals_pod_count(rendered):
     pods = sum(replicas for _, replicas, _ in _pod_templates(job))
     assert pods == _nodes_of(docs)
     if target == "volcano":
-        assert job["spec"]["minAvailable"] == pods
+        # The gang holds the sandbox's pods too: a job whose tool calls have nowhere to run does not start.
+        assert job["spec"]["minAvailable"] == sum(replicas for _, replicas, _ in _pod_templates(job, sandbox=True))
         assert job["spec"]["schedulerName"] == "volcano"
     else:
         assert job["metadata"]["labels"]["ray.io/scheduler-name"] == "volcano"

@@ -43,7 +43,14 @@ def test_a_reward_without_parts_adds_nothing():
     assert _metrics({"uid": ["a", "b"]}) == {"critic/score/mean": 0.5}
 
 
-def test_the_parts_are_what_the_recipes_reward_returns():
+def test_the_parts_are_what_the_recipes_rewards_return():
+    from npu_rl.reward import agent, code_tests
+
     result = compute_score("math", "<answer>\n\\boxed{2+5}\n</answer>", "7")
-    assert set(rp.PARTS) <= set(result) and all(isinstance(result[p], float) for p in rp.PARTS)
+    assert set(rp.MATH_PARTS) <= set(result) and all(isinstance(result[p], float) for p in rp.MATH_PARTS)
+    tools = agent.compute_score("x", "\\boxed{7}", "7", {"num_turns": 4, "tool_rewards": [0.0]})
+    tests = code_tests.compute_score("x", "no program", '{"inputs": ["1"], "outputs": ["1"]}')
+    for parts, result_ in ((rp.AGENT_PARTS, tools), (rp.CODE_PARTS, tests)):
+        assert set(parts) <= set(result_) and all(isinstance(result_[p], float) for p in parts)
+    assert set(rp.PARTS) == {*rp.MATH_PARTS, *rp.AGENT_PARTS, *rp.CODE_PARTS}
     assert result["unevaluated"] == 1.0 and result["acc"] == 0.0

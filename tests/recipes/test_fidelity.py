@@ -22,6 +22,8 @@ RECIPES = [
     "qwen2_5_1_5b_math_a2_1card_verl09",
     "qwen3_32b_grpo_a3",
     "qwen3_235b_a22b_grpo_a3",
+    "qwen3_4b_retool_dapo_a3",
+    "qwen3_1_7b_code_toolcall_a2",
 ]
 
 

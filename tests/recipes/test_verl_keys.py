@@ -64,6 +64,8 @@ def emitted_keys(line: str) -> set[str]:
     rollouts = versions.get("verl.rollouts", versions.load(stack=line))
     keys = set()
     for path in sorted(recipes_dir().glob("*.yaml")):
+        if load_recipe(path.stem).rollout.multi_turn.enabled and versions.line_verl(line) == "0.6.1":
+            continue  # verl 0.9's tool agent loop only: the schema refuses it on the seeds' line
         sets: dict[str, Any] = {"stack": line}
         if load_recipe(path.stem).rollout.name not in rollouts:
             sets["rollout.name"] = "vllm"

@@ -1,0 +1,56 @@
+"""verl's tool configuration file of a recipe, written at launch (verl v0.9.0 tools/tool_registry.py:55-75
+reads ``tools[].class_name``, ``config.type`` (``native``) and ``tool_schema``). No verl here: the launch
+writes it and the tiny model's format stage renders the same schema."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from .. import run_files
+from ..recipe.schema import Recipe
+
+CODE_TOOL_CLASS = "npu_rl.agent.code_tool.CodeInterpreterTool"
+CODE_TOOL_NAME = "code_interpreter"  # upstream's name (cann-recipes-train agent_rl, both recipes)
+# verl's schema model keeps a property's type, description and enum only (tools/schemas.py:21-38).
+CODE_TOOL_SCHEMA: dict[str, Any] = {
+    "type": "function",
+    "function": {
+        "name": CODE_TOOL_NAME,
+        "description": "Run Python code and see what it prints. Print what you want to know.",
+        "parameters": {
+            "type": "object",
+            "properties": {"code": {"type": "string", "description": "The Python code to run"}},
+            "required": ["code"],
+        },
+    },
+}
+
+
+def path(recipe: Recipe) -> Path:
+    return run_files.log_root(recipe) / "tools.yaml"
+
+
+def config(recipe: Recipe) -> dict[str, Any]:
+    """The file's content. The sandbox's URL is not in it: the tool reads NPU_RL_SANDBOX_URL, which the
+    launch exports to every worker, so a rendered job's Service name reaches it the same way."""
+    code = recipe.tools.code_interpreter
+    tools = []
+    if code.enabled:
+        settings = {
+            "type": "native",
+            "run_timeout": code.run_timeout_s,
+            "memory_mb": code.memory_mb,
+            "down_s": code.down_s,
+            "max_chars": recipe.rollout.multi_turn.max_tool_response_length,
+        }
+        tools.append({"class_name": CODE_TOOL_CLASS, "config": settings, "tool_schema": CODE_TOOL_SCHEMA})
+    return {"tools": tools}
+
+
+def text(recipe: Recipe) -> str:
+    return "# Written by npu-rl train from the recipe's tools (npu_rl.agent.tool_config); rewritten each launch.\n" + (
+        yaml.safe_dump(config(recipe), sort_keys=False)
+    )

@@ -1,0 +1,60 @@
+"""The code agent's reward (npu_rl.reward.code_tests): the problem's tests run against the policy's program in
+a running `npu-rl sandbox serve`, as a run's reward workers reach it (``NPU_RL_SANDBOX_URL``)."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from npu_rl.cluster.probe import free_port
+from npu_rl.reward import code_tests
+from npu_rl.sandbox.client import URL_ENV
+
+UID_BASE = 61350  # this module's slot users (tests/sandbox/conftest.py)
+STDIN = json.dumps({"inputs": ["2\n", "5\n", "11\n"], "outputs": ["4\n", "10\n", "22\n"]})
+CALL = json.dumps({"inputs": [[1, 2], [3, 4]], "outputs": [3, 7], "fn_name": "add", "type": "function_call"})
+
+
+@pytest.fixture
+def sandbox(server, monkeypatch):
+    monkeypatch.setenv(URL_ENV, server.url + "/run_code")
+    return server
+
+
+def answer(code: str) -> str:
+    return f"<think>print the double</think>\nHere it is:\n```python\n{code}\n```"
+
+
+@pytest.mark.parametrize(
+    "code, truth, score",
+    [
+        ("print(int(input()) * 2)", STDIN, 1.0),
+        ("n = int(input())\nprint(n * 2 if n < 10 else 0)", STDIN, pytest.approx(2 / 3)),
+        ("print(oops)", STDIN, 0.0),
+        ("def add(a, b):\n    return a + b", CALL, 1.0),
+        ("def add(a, b):\n    return a - b", CALL, 0.0),
+        ("import time\ntime.sleep(60)", STDIN, 0.0),
+    ],
+)
+def test_the_score_is_the_share_of_tests_passed(sandbox, code, truth, score):
+    parts = code_tests.compute_score("codeforces", answer(code), truth, {"num_turns": 4, "tool_rewards": [0.0]},
+                                     run_timeout_s=2)  # fmt: skip
+    assert parts["score"] == score and parts["sandbox_errors"] == 0 and parts["tool_calls"] == 1
+
+
+def test_a_response_without_a_program_scores_nothing(sandbox):
+    before = sandbox.health()["runs"]
+    assert code_tests.compute_score("x", "I would loop over the input.", STDIN)["score"] == 0.0
+    assert sandbox.health()["runs"] == before
+
+
+def test_the_programs_tests_cannot_reach_the_network_or_the_host(sandbox):
+    steal = "import urllib.request\nprint(urllib.request.urlopen('http://127.0.0.1:1').read())"
+    assert code_tests.compute_score("x", answer(steal), STDIN)["score"] == 0.0
+
+
+def test_a_sandbox_that_is_down_scores_zero_and_is_counted_apart(monkeypatch):
+    monkeypatch.setenv(URL_ENV, f"http://127.0.0.1:{free_port()}/run_code")
+    parts = code_tests.compute_score("x", answer("print(int(input()) * 2)"), STDIN)
+    assert (parts["score"], parts["sandbox_errors"]) == (0.0, 3.0)

@@ -1,0 +1,123 @@
+"""The agent's code interpreter (npu_rl.agent.code_tool) against a running `npu-rl sandbox serve`: what the
+policy reads back for each way a call ends, an attack through the tool contained, and the outage stop.
+
+The tool is the class verl's tool agent loop instantiates from the launch's tool file, called as the loop
+calls it (``execute`` in its handler, ``release`` in its ``finally``); tests/e2e/test_agent_run.py runs it
+inside verl 0.9's loop."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+
+import pytest
+from conftest import CANARY
+
+from npu_rl.agent import code_tool
+from npu_rl.agent.outage import FILE_ENV, SandboxDown, verdict_error
+from npu_rl.cluster.probe import free_port
+from npu_rl.reward.agent import TOOL_NOT_RUN, TOOL_RAN
+from npu_rl.sandbox.client import URL_ENV
+
+UID_BASE = 61300  # this module's slot users (tests/sandbox/conftest.py)
+
+
+def make_tool(url: str, **config) -> code_tool.CodeInterpreterTool:
+    code_tool._OUTAGES.clear()  # one per process and allowance: each test its own
+    return code_tool.CodeInterpreterTool({"type": "native", "url": url, **config})
+
+
+def call(tool, parameters) -> tuple[str, float]:
+    async def once():
+        instance, _ = await tool.create()
+        try:
+            response, score, _ = await tool.execute(instance, parameters)
+        finally:
+            await tool.release(instance)
+        return response.text, score
+
+    return asyncio.run(once())
+
+
+def test_a_call_hands_back_what_the_code_printed(server):
+    text, score = call(make_tool(server.url + "/run_code"), {"code": "print(426 * 39)"})
+    assert (text, score) == ("16614", TOOL_RAN)
+
+
+def test_the_url_comes_from_the_launch(server, monkeypatch):
+    monkeypatch.setenv(URL_ENV, server.url + "/run_code")
+    code_tool._OUTAGES.clear()
+    tool = code_tool.CodeInterpreterTool({"type": "native"})
+    assert call(tool, {"code": "print(7)"})[0] == "7"
+
+
+@pytest.mark.parametrize(
+    "parameters, expected",
+    [
+        ({"code": "import sys\nprint('partial')\nsys.exit(3)"}, "partial\n(exit code 3)"),
+        ({"code": "1/0"}, "ZeroDivisionError"),
+        ({"code": "while True: pass"}, "(timed out)"),
+        ({"code": "```python\nprint(2 + 2)\n```"}, "4"),
+        ("print(5)", "5"),  # arguments written as a string: hermes hands the string over
+    ],
+)
+def test_each_way_a_call_ends_is_text_the_policy_reads(server, parameters, expected):
+    text, score = call(make_tool(server.url + "/run_code", run_timeout=2), parameters)
+    assert score == TOOL_RAN
+    if expected is not None:
+        assert expected in text
+
+
+def test_a_call_without_code_is_told_how_to_call(server):
+    before = server.health()["runs"]
+    text, score = call(make_tool(server.url + "/run_code"), {"script": "print(1)"})
+    assert "needs its code" in text and score == TOOL_RAN
+    assert server.health()["runs"] == before  # nothing was sent
+
+
+def test_an_answer_longer_than_the_recipe_allows_is_cut(server):
+    text, _ = call(make_tool(server.url + "/run_code", max_chars=50), {"code": "print('x' * 10000)"})
+    assert len(text) <= 50 + len("...(truncated)") and text.endswith("...(truncated)")
+
+
+def test_the_policys_code_cannot_read_the_run_s_environment_through_the_tool(server, monkeypatch):
+    # The server's environment holds the canary (conftest), as a training node's holds its secrets.
+    text, _ = call(make_tool(server.url + "/run_code"), {"code": f"import os; print(os.environ.get({CANARY[0]!r}))"})
+    assert CANARY[1] not in text and text == "None"
+
+
+def test_an_unreachable_sandbox_is_an_answer_not_a_crash():
+    tool = make_tool(f"http://127.0.0.1:{free_port()}/run_code", down_s=3600)
+    text, score = call(tool, {"code": "print(1)"})
+    assert text.startswith(code_tool.ERROR_PREFIX + "nothing answers") and score == TOOL_NOT_RUN
+
+
+def test_every_call_failing_for_the_allowance_stops_the_rollout(tmp_path, monkeypatch):
+    verdict = tmp_path / "outage.json"
+    monkeypatch.setenv(FILE_ENV, str(verdict))
+    now = [1000.0]
+    tool = make_tool(f"http://127.0.0.1:{free_port()}/run_code", down_s=30)
+    tool.outage._clock = lambda: now[0]
+    call(tool, {"code": "print(1)"})  # the first failure starts the clock
+    now[0] += 29
+    call(tool, {"code": "print(1)"})  # within the allowance: the policy reads the error, the rollout goes on
+    assert not verdict.exists()
+    now[0] += 2
+    with pytest.raises(SandboxDown, match=r"unreachable for 31s \(3 tool calls failed"):
+        call(tool, {"code": "print(1)"})
+    assert "nothing answers" in verdict_error(verdict)
+    assert json.loads(verdict.read_text())["pid"] > 0
+
+
+def test_a_call_that_gets_through_ends_the_outage(server, tmp_path, monkeypatch):
+    monkeypatch.setenv(FILE_ENV, str(tmp_path / "outage.json"))
+    now = [0.0]
+    down = make_tool(f"http://127.0.0.1:{free_port()}/run_code", down_s=30)
+    up = code_tool.CodeInterpreterTool({"type": "native", "url": server.url + "/run_code", "down_s": 30})
+    assert up.outage is down.outage  # a worker's tools share one record of the service
+    down.outage._clock = lambda: now[0]
+    call(down, {"code": "print(1)"})
+    call(up, {"code": "print(1)"})
+    now[0] += 60
+    call(down, {"code": "print(1)"})  # a new outage, 0 s old
+    assert not (tmp_path / "outage.json").exists()
