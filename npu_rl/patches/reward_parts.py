@@ -1,5 +1,6 @@
 """The reward's parts in every step's metrics: ``reward/acc``, ``reward/format``, ``reward/cot``,
-``reward/boxed``, ``reward/unevaluated``.
+``reward/boxed``, ``reward/unevaluated`` (and an agent's: ``reward/turns``, ``reward/tool_calls``, ...); on
+verl 0.9 also what each rollout's agent loop timed (``AGENT_TIMINGS``).
 
 verl logs a training step's reward only as one score (``critic/score/mean``); the
 per-sample parts the reward returns beside it (``npu_rl.reward.math``'s dict) reach
@@ -69,6 +70,27 @@ def step_parts(extra_fields: list, tags: list) -> dict[str, list]:
     return {part: [i[part] for i in infos if part in i] for part in PARTS}
 
 
+# What each rollout's agent loop timed (AgentLoopMetrics, verl v0.9.0 experimental/agent_loop/agent_loop.py:81;
+# the tool agent loop times generation and the tool calls apart, tool_agent_loop.py:234 and :319). The legacy
+# AgentLoopManager logs their means under these names (agent_loop.py:1256-1287); trainer v1 keeps them in each
+# sample's "metrics" field and logs none, so the throughput card could not tell generation from waiting on tools.
+AGENT_TIMINGS = {
+    "generate_sequences": "timing_s/agent_loop/generate_sequences/mean",
+    "tool_calls": "timing_s/agent_loop/tool_calls/mean",
+}
+
+
+def agent_loop_means(per_sample: list, tags: list) -> dict[str, float]:
+    """The step's mean of each agent loop timing over its samples (padding left out)."""
+    rows = [m for m, tag in zip(per_sample, tags) if isinstance(m, dict) and not (tag or {}).get("is_padding", False)]
+    out = {}
+    for key, metric in AGENT_TIMINGS.items():
+        values = [float(m[key]) for m in rows if isinstance(m.get(key), (int, float))]
+        if values:
+            out[metric] = float(np.mean(values))
+    return out
+
+
 @PATCH.wrap(TRAINER_BASE, "PPOTrainer._compute_metrics", releases=(VERL_0_9_0,))
 def patch_trainer_base(original):
     def _compute_metrics(self, batch, metrics, *args, **kwargs):
@@ -77,6 +99,11 @@ def patch_trainer_base(original):
 
         got = tq.kv_batch_get(keys=batch.keys, partition_id=batch.partition_id, select_fields=["extra_fields"])
         metrics.update(part_means(step_parts(got.pop("extra_fields").tolist(), list(batch.tags))))
+        try:
+            timed = tq.kv_batch_get(keys=batch.keys, partition_id=batch.partition_id, select_fields=["metrics"])
+        except Exception:  # noqa: BLE001 - an agent loop that timed nothing: no timings, the step goes on
+            return result
+        metrics.update(agent_loop_means(timed.pop("metrics").tolist(), list(batch.tags)))
         return result
 
     return _compute_metrics

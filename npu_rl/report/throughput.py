@@ -23,7 +23,8 @@ from .scalars import Series
 THROUGHPUT = "perf/throughput"
 TOTAL_TOKENS = "perf/total_num_tokens"
 STEP = "timing_s/step"
-# A multi-turn run's per-rollout means (verl v0.9.0 agent_loop.py:1256-1287, logged under timing_s/).
+# A multi-turn run's per-rollout means (verl v0.9.0 agent_loop.py:1256-1287 logs them under timing_s/; on
+# trainer v1 npu-rl's reward_parts patch does, AGENT_TIMINGS).
 AGENT_GENERATE = "timing_s/agent_loop/generate_sequences/mean"
 AGENT_TOOLS = "timing_s/agent_loop/tool_calls/mean"
 # verl 0.6.1 compute_data_metrics (metric_utils.py:189, 205): means over the batch's sequences.
@@ -333,7 +334,8 @@ def throughput_card(
     if run_dir is not None:
         _graph_rows(card, Path(run_dir), recipe)
     gen, tools = (_median([_at(series, tag, s.step) for s in measured]) for tag in (AGENT_GENERATE, AGENT_TOOLS))
-    if gen is not None and tools is not None:
+    multi_turn = recipe is not None and recipe.rollout.multi_turn.enabled
+    if gen is not None and tools is not None and (tools > 0 or multi_turn):  # single-turn rollouts wait on none
         card.agent_loop = (gen, tools)
     if GENERATE not in series:
         card.notes.append(f"no {GENERATE}: generation includes the weight sync")

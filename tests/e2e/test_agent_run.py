@@ -120,6 +120,8 @@ def test_tool_calls_reach_the_sandbox_and_come_back_into_the_next_turn(run):
         # Each call that came back adds the tool's turn and the policy's next one to the two of a direct answer.
         assert turns == pytest.approx(2 + 2 * calls, abs=0.3), (turns, calls)
         assert m["training/num_turns/max"] >= 4  # verl 0.9 logs num_turns under training/
+        # The rollouts' time waiting on the sandbox, apart from generating (the throughput card's split).
+        assert 0 < m["timing_s/agent_loop/tool_calls/mean"] and 0 < m["timing_s/agent_loop/generate_sequences/mean"]
 
 
 def test_a_dead_sandbox_stops_the_run_in_one_line_after_its_allowance(run):
