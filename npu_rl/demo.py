@@ -278,7 +278,11 @@ def run_agent(workdir: Path, steps: int, fresh: bool) -> int:
         timings["train"] = time.monotonic() - t
     finally:
         sandbox.terminate()
-        sandbox.wait(timeout=30)
+        try:
+            sandbox.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            sandbox.kill()
+            sandbox.wait()
 
     _step("5/5 training health report")
     from .report import build_report  # lazy: numpy, at the last step

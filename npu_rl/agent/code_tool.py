@@ -22,7 +22,10 @@ calls and the failed ones from it (npu_rl.reward.agent).
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
+import functools
 import os
+import re
 from typing import Any
 
 from verl.tools.base_tool import BaseTool
@@ -35,7 +38,12 @@ from .outage import Outage
 from .tool_config import CODE_TOOL_SCHEMA
 
 ERROR_PREFIX = "sandbox error: "
-DEFAULTS = {"run_timeout": 10.0, "memory_mb": -1, "language": "python", "down_s": 120.0, "max_chars": 4096}
+# max_chars bounds what one answer carries; verl's loop cuts it to the recipe's max_tool_response_length,
+# keeping both ends (tool_agent_loop.py:532-540), where a traceback's last line is.
+DEFAULTS = {"run_timeout": 10.0, "memory_mb": -1, "language": "python", "down_s": 120.0, "max_chars": 16384}
+# The calls wait on the sandbox in threads of their own, not in asyncio's default pool, which verl's loop
+# decodes tokens in (tool_parser.py:112): a slow sandbox must not hold generation up.
+_CALLS = concurrent.futures.ThreadPoolExecutor(max_workers=64, thread_name_prefix="npu-rl-sandbox-call")
 # One per process: an agent loop worker loads its tools once (agent_loop.py:540-545), and an outage is the
 # service's, not a tool instance's.
 _OUTAGES: dict[float, Outage] = {}
@@ -46,9 +54,13 @@ def schema() -> OpenAIFunctionToolSchema:
     return OpenAIFunctionToolSchema.model_validate(CODE_TOOL_SCHEMA)
 
 
+FENCE = re.compile(r"```[ \t]*[A-Za-z0-9_+-]*[ \t]*\n(.*?)```", re.DOTALL)
+
+
 def code_of(parameters: Any) -> str | None:
     """The call's code: hermes hands ``arguments`` over as an object, or re-dumped as a string where the
-    policy wrote one (tool_parser.py:120-122); a fenced block is unwrapped, as upstream's ReTool tool does."""
+    policy wrote one (tool_parser.py:120-122). Code in fences runs as the last fenced block, whatever its
+    language tag (```python, ```py, ```Python3)."""
     if isinstance(parameters, dict):
         code = parameters.get("code")
     elif isinstance(parameters, str):
@@ -57,10 +69,8 @@ def code_of(parameters: Any) -> str | None:
         return None
     if not isinstance(code, str) or not code.strip():
         return None
-    if "```" in code:
-        inner = code.split("```", 2)[1]
-        code = inner.split("\n", 1)[1] if inner.startswith(("python\n", "py\n")) else inner
-    return code
+    blocks = FENCE.findall(code)
+    return blocks[-1] if blocks else code
 
 
 def answer_text(answer: dict, max_chars: int) -> str:
@@ -80,8 +90,8 @@ def answer_text(answer: dict, max_chars: int) -> str:
 
 
 class CodeInterpreterTool(BaseTool):
-    """A verl 0.9 BaseTool; its configuration (npu_rl.agent.tool_config) sets ``url``, ``run_timeout``,
-    ``memory_mb``, ``down_s`` and ``max_chars`` (the recipe's ``max_tool_response_length``)."""
+    """A verl 0.9 BaseTool; its configuration (npu_rl.agent.tool_config) sets ``run_timeout``, ``memory_mb``
+    and ``down_s`` (and ``url``, ``max_chars`` where not the defaults)."""
 
     def __init__(self, config: dict, tool_schema: OpenAIFunctionToolSchema | None = None):
         super().__init__(config, tool_schema or schema())
@@ -104,21 +114,32 @@ class CodeInterpreterTool(BaseTool):
         code = code_of(parameters)
         if code is None:
             return ToolResponse(text='error: the call needs its code: {"code": "print(1 + 1)"}'), RAN, {}
+        call = functools.partial(
+            client.run_code,
+            self.url,
+            code,
+            run_timeout=self.run_timeout,
+            memory_mb=self.memory_mb,
+            language=self.language,
+        )
         try:
-            answer = await asyncio.to_thread(
-                client.run_code,
-                self.url,
-                code,
-                run_timeout=self.run_timeout,
-                memory_mb=self.memory_mb,
-                language=self.language,
-            )
+            answer = await asyncio.get_running_loop().run_in_executor(_CALLS, call)
         except client.Unavailable as e:
-            self.outage.failed(str(e))
+            # A request the sandbox refused (a 4xx: a policy can write one on purpose) says it is up.
+            if e.refused:
+                self.outage.reached()
+            else:
+                self.outage.failed(str(e))
             return ToolResponse(text=f"{ERROR_PREFIX}{e}"[: self.max_chars]), NOT_RUN, {"sandbox_error": 1}
         self.outage.reached()
         return ToolResponse(text=answer_text(answer, self.max_chars)), RAN, {"sandbox_error": 0}
 
     async def release(self, instance_id: str, **kwargs) -> None:
-        if self.outage.is_down:
-            self.outage.stop()
+        if not self.outage.is_down:
+            return
+        # Failed calls may be minutes apart (a training phase between two rollouts): only a sandbox that does
+        # not answer its ping now is down.
+        if await asyncio.get_running_loop().run_in_executor(_CALLS, client.unanswered, self.url) is None:
+            self.outage.reached()
+            return
+        self.outage.stop()

@@ -97,9 +97,10 @@ class VerdictWatch:
         return self
 
     def __exit__(self, *exc) -> None:
+        # Joined whatever it saw: a verdict it finds while the run ends is settled, and a stop it started is
+        # over, before the launch reads how the run ended.
         self._done.set()
-        if self.seen is not None:  # the stop it started is over before the launch reads the run's end
-            self._thread.join()
+        self._thread.join()
 
     def _watch(self) -> None:
         while not self._done.wait(self.poll):

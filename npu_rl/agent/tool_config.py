@@ -29,8 +29,15 @@ CODE_TOOL_SCHEMA: dict[str, Any] = {
 }
 
 
+def run_dir(recipe: Recipe) -> Path:
+    """Where a run's agent files go: under its checkpoint root, which every node of a cluster shares (the launch
+    checks it: npu_rl.cluster.crossnode), since the agent loop workers on any node read the tool file and
+    write the outage verdict there."""
+    return run_files.checkpoint_root(recipe) / "agent"
+
+
 def path(recipe: Recipe) -> Path:
-    return run_files.log_root(recipe) / "tools.yaml"
+    return run_dir(recipe) / "tools.yaml"
 
 
 def config(recipe: Recipe) -> dict[str, Any]:
@@ -44,7 +51,6 @@ def config(recipe: Recipe) -> dict[str, Any]:
             "run_timeout": code.run_timeout_s,
             "memory_mb": code.memory_mb,
             "down_s": code.down_s,
-            "max_chars": recipe.rollout.multi_turn.max_tool_response_length,
         }
         tools.append({"class_name": CODE_TOOL_CLASS, "config": settings, "tool_schema": CODE_TOOL_SCHEMA})
     return {"tools": tools}

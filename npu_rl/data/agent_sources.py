@@ -130,12 +130,16 @@ def code_problem_row(row: dict, index: int) -> dict | None:
         "fn_name": fn,
         "type": "function_call" if fn else "stdin_stdout",
     }
+    try:
+        ground_truth = json.dumps(truth)
+    except (TypeError, ValueError):  # a literal JSON cannot hold (a set, bytes): no test npu-rl can run
+        return None
     return _agent_row(
         {
             "data_source": row.get("source") or "verifiable_coding",
             "prompt": [{"role": "user", "content": prompt}],
             "ability": "code",
-            "reward_model": {"style": "rule", "ground_truth": json.dumps(truth)},
+            "reward_model": {"style": "rule", "ground_truth": ground_truth},
             "extra_info": {"index": index, "solution": gold},
         }
     )

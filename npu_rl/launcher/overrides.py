@@ -214,8 +214,8 @@ TOOL_AGENT_LOOP = "tool_agent"  # verl v0.9.0 experimental/agent_loop/tool_agent
 
 def multi_turn_overrides(recipe: Recipe) -> list[str]:
     """verl 0.9's keys of a multi-turn recipe (trainer/config/rollout/rollout.yaml:173-257); the schema refuses
-    one on verl 0.6.1. Every prompt runs the tool agent loop, whatever its row names (agent_loop.py:624-626
-    reads a row's ``agent_name`` first)."""
+    one on verl 0.6.1. A row without an ``agent_name`` of its own runs the tool agent loop (agent_loop.py:624-626
+    reads the row's first); npu-rl's conversions name it in every row too."""
     mt = recipe.rollout.multi_turn
     if not mt.enabled:
         return []
@@ -328,7 +328,7 @@ def patches_for(recipe: Recipe) -> list[str]:
 
 def outage_file(recipe: Recipe) -> Path:
     """Where the code tool records that the sandbox is down (npu_rl.agent.outage)."""
-    return run_files.log_root(recipe) / "sandbox_outage.json"
+    return tool_config.run_dir(recipe) / "sandbox_outage.json"
 
 
 def run_env(recipe: Recipe, start_step: int | None) -> dict[str, str]:

@@ -81,6 +81,7 @@ def run_training(recipe: Recipe, *, ray_port: int | None = None, verbose: bool =
     if spec.consistency_file is not None:
         spec.consistency_file.unlink(missing_ok=True)
     if recipe.rollout.multi_turn.enabled:
+        tool_config.path(recipe).parent.mkdir(parents=True, exist_ok=True)
         tool_config.path(recipe).write_text(tool_config.text(recipe), encoding="utf-8")
     if spec.outage_file is not None:
         spec.outage_file.unlink(missing_ok=True)
@@ -142,7 +143,8 @@ def _attempt(
             nodes = NodeWatch(lambda: clock.last_step).start()
             try:
                 code, error = _run(spec, {"RAY_ADDRESS": address}, log, clock, console, nodes)
-                if code not in (0, Exit.HUNG) and code < 128:  # >128: a signal (the pod stopped), no failure
+                # >128: a signal (the pod stopped), no failure; SANDBOX_DOWN: npu-rl stopped it, nodes all there
+                if code not in (0, Exit.HUNG, Exit.SANDBOX_DOWN) and code < 128:
                     code, error = _departed(nodes.settle(_DEPARTURE_SETTLE_S), code, error, nodes.ended)
                 elif code == Exit.HUNG:
                     # A frozen node stalls the run like a hung rank until Ray's health check gives up on
@@ -167,10 +169,6 @@ def _attempt(
         )
         with head:
             code, error = _run(spec, {**device_env, "RAY_ADDRESS": head.address}, log, clock, console)
-    if code not in (0, Exit.TERMINATED) and spec.consistency_file is not None:
-        gate = verdict_error(spec.consistency_file)
-        if gate:  # the gate raised in the TaskRunner, and verl exited on it
-            code, error = Exit.INCONSISTENT, gate
     if code not in (0, Exit.TERMINATED) and spec.outage_file is not None:
         down = outage_verdict(spec.outage_file)
         if down:  # the code tool stopped the rollout (npu_rl.agent.outage)
@@ -180,6 +178,10 @@ def _attempt(
                 (f"{down}; checkpoints up to step {kept} are kept" if kept else f"{down}; no checkpoint was saved")
                 + "; re-run once the sandbox answers to resume",
             )
+    if code not in (0, Exit.TERMINATED, Exit.SANDBOX_DOWN) and spec.consistency_file is not None:
+        gate = verdict_error(spec.consistency_file)
+        if gate:  # the gate raised in the TaskRunner, and verl exited on it
+            code, error = Exit.INCONSISTENT, gate
     if error is None and code != 0 and code < 128 and code != Exit.TERMINATED:
         # verl's own failure: its exception's last line, not the traceback, reaches the terminal.
         error = f"training exited with code {code}" + (f": {why}" if (why := console.error_line()) else "")
@@ -317,7 +319,7 @@ def _run(
                 proctree.stop(proc, grace=30.0)
                 return 1, error
             code = proc.wait()
-            if isinstance(outage, VerdictWatch) and outage.seen is not None:
+            if code != 0 and isinstance(outage, VerdictWatch) and outage.seen is not None:
                 return Exit.SANDBOX_DOWN, None  # the line is the verdict's (_attempt)
             if watchdog.tripped:
                 watchdog.join()

@@ -17,6 +17,7 @@ from typing import Any, Literal, get_args
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from .. import versions
+from ..sandbox.request import Caps
 
 Platform = Literal["npu-a2", "npu-a3", "cpu"]
 Logger = Literal["console", "tensorboard", "swanlab", "file", "wandb"]
@@ -299,6 +300,10 @@ class ActorSpec(Strict):
         description="Layers of each pipeline stage, uneven first/last -> verl `+actor_rollout_ref.actor.megatron."
         "override_transformer_config.num_layers_in_{first,last}_pipeline_stage`",
     )
+
+
+# What `npu-rl sandbox serve` serves by default (the rendered sandbox pods pass only the recipe's memory).
+SANDBOX_CAPS = Caps()
 
 
 class MultiTurnSpec(Strict):
@@ -1002,6 +1007,19 @@ class Recipe(Strict):
             raise ValueError("tools.code_interpreter is called in multi-turn rollouts: set rollout.multi_turn.enabled")
         if code.enabled and not self.sandbox.enabled:
             raise ValueError("tools.code_interpreter runs the policy's code in the sandbox: set sandbox.enabled: true")
+        if code.enabled and self.sandbox.url is None:
+            # npu-rl's own sandbox answers a request past its limits with a 400: every call would fail.
+            limit = self.sandbox.memory_mb
+            if code.memory_mb != -1 and not 16 <= code.memory_mb <= limit:
+                raise ValueError(
+                    f"tools.code_interpreter.memory_mb {code.memory_mb} is outside what the sandbox serves "
+                    f"(16..sandbox.memory_mb {limit}, or -1 for its default)"
+                )
+            if code.run_timeout_s > SANDBOX_CAPS.max_run_timeout:
+                raise ValueError(
+                    f"tools.code_interpreter.run_timeout_s {code.run_timeout_s:g} is over the sandbox's "
+                    f"{SANDBOX_CAPS.max_run_timeout:g} s (npu-rl sandbox serve --max-run-timeout)"
+                )
         return self
 
     @model_validator(mode="after")

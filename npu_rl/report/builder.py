@@ -98,10 +98,18 @@ def _on_policy(recipe: Any) -> bool | None:
 
 
 def _turn_cap(recipe: Any) -> int | None:
+    """The most turns verl's tool agent loop lets a rollout have, as its num_turns counts them (the prompt
+    too). After each of the policy's turns it stops at the assistant cap or at the tool-answer cap
+    (tool_agent_loop.py:286-291), else a tool answers: 32 for caps of 16 and 16, not 33."""
     mt = recipe.rollout.multi_turn if recipe is not None else None
     if mt is None or not mt.enabled or mt.max_assistant_turns is None or mt.max_user_turns is None:
         return None
-    return 1 + mt.max_assistant_turns + mt.max_user_turns  # verl's num_turns counts the prompt too
+    assistant = user = 0
+    while True:
+        assistant += 1
+        if assistant >= mt.max_assistant_turns or user >= mt.max_user_turns:
+            return 1 + assistant + user
+        user += 1
 
 
 def build_report(

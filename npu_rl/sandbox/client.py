@@ -4,6 +4,7 @@ start (npu_rl.launcher.preflight), of npu-rl's own service or of any SandboxFusi
 
 from __future__ import annotations
 
+import http.client
 import json
 import time
 import urllib.error
@@ -55,8 +56,19 @@ def wait_answered(
 
 
 class Unavailable(Exception):
-    """The sandbox did not run the code: nothing answered, it refused the request, or it failed itself
+    """The sandbox did not run the code. ``refused``: it answered and turned the request down (a 4xx: the
+    request's fault, the sandbox is up); otherwise nothing answered, it stayed busy, or it failed itself
     (SandboxFusion's ``SandboxError``). Not the code's own failure, which is an answer."""
+
+    def __init__(self, message: str, refused: bool = False):
+        super().__init__(message)
+        self.refused = refused
+
+
+# A busy sandbox (503, 429) is asked again after its Retry-After, this many times: a rollout's calls come in
+# bursts (every agent loop worker's at once) that the sandbox's queue absorbs within seconds.
+BUSY_TRIES = 5
+BUSY_WAIT_MAX_S = 5.0
 
 
 def run_code(
@@ -70,23 +82,36 @@ def run_code(
 ) -> dict:
     """SandboxFusion's answer to running ``code`` (``status``, ``run_result``); Unavailable where the sandbox
     gave none. The request is SandboxFusion's (npu_rl.sandbox.request), so any SandboxFusion serves it."""
-    body = {
-        "code": code,
-        "language": language,
-        "run_timeout": run_timeout,
-        "memory_limit_MB": memory_mb,
-        "stdin": stdin,
-    }
-    req = urllib.request.Request(
-        run_code_url, data=json.dumps(body).encode(), headers={"Content-Type": "application/json"}, method="POST"
-    )
-    wait = run_timeout + ANSWER_GRACE_S
+    body = json.dumps(
+        {"code": code, "language": language, "run_timeout": run_timeout, "memory_limit_MB": memory_mb, "stdin": stdin}
+    ).encode()
+    for attempt in range(BUSY_TRIES):
+        try:
+            return _post(run_code_url, body, run_timeout + ANSWER_GRACE_S)
+        except _Busy as busy:
+            if attempt == BUSY_TRIES - 1:
+                raise Unavailable(f"{run_code_url} stayed busy ({BUSY_TRIES} tries): {busy}") from None
+            time.sleep(min(busy.retry_after, BUSY_WAIT_MAX_S))
+    raise AssertionError("unreachable")
+
+
+class _Busy(Exception):
+    def __init__(self, message: str, retry_after: float):
+        super().__init__(message)
+        self.retry_after = retry_after
+
+
+def _post(run_code_url: str, body: bytes, wait: float) -> dict:
+    req = urllib.request.Request(run_code_url, data=body, headers={"Content-Type": "application/json"}, method="POST")
     try:
         with urllib.request.urlopen(req, timeout=wait) as r:  # noqa: S310 (http(s) only: the recipe's pattern)
             answer = json.loads(r.read())
     except urllib.error.HTTPError as e:
-        raise Unavailable(f"{run_code_url} answered HTTP {e.code}: {_error_text(e)}") from None
-    except (urllib.error.URLError, OSError) as e:
+        why = f"{run_code_url} answered HTTP {e.code}: {_error_text(e)}"
+        if e.code in (429, 503):
+            raise _Busy(why, _retry_after(e)) from None
+        raise Unavailable(why, refused=400 <= e.code < 500) from None
+    except (urllib.error.URLError, OSError, http.client.HTTPException) as e:
         raise Unavailable(f"nothing answers at {run_code_url} ({getattr(e, 'reason', e)})") from None
     except ValueError:
         raise Unavailable(f"{run_code_url} answered something that is not JSON") from None
@@ -95,6 +120,13 @@ def run_code(
         why = (answer.get("message") if isinstance(answer, dict) else None) or "no message"
         raise Unavailable(f"the sandbox failed itself ({status}): {why}")
     return answer
+
+
+def _retry_after(e: urllib.error.HTTPError) -> float:
+    try:
+        return max(0.1, float(e.headers.get("Retry-After", "1")))
+    except (TypeError, ValueError):
+        return 1.0
 
 
 def _error_text(e: urllib.error.HTTPError) -> str:

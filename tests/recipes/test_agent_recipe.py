@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 import yaml
 
-from npu_rl.agent import tool_config
+from npu_rl.agent import code_tool, tool_config
 from npu_rl.agent.code_tool import CodeInterpreterTool
 from npu_rl.agent.outage import FILE_ENV
 from npu_rl.cli import main
@@ -47,7 +47,7 @@ def test_verls_registry_loads_the_tool_file_the_launch_writes(workspace, monkeyp
     (tool,) = initialize_tools_from_config(str(path))
     assert isinstance(tool, CodeInterpreterTool) and tool.name == "code_interpreter"
     assert (tool.url, tool.run_timeout) == ("http://sandbox.example:8080/run_code", 3.0)
-    assert tool.max_chars == recipe.rollout.multi_turn.max_tool_response_length
+    assert tool.max_chars == code_tool.DEFAULTS["max_chars"]  # verl cuts to max_tool_response_length
     assert yaml.safe_load(path.read_text())["tools"][0]["tool_schema"] == tool_config.CODE_TOOL_SCHEMA
 
 
@@ -64,3 +64,25 @@ def test_a_recipe_whose_tools_cannot_run_is_refused_in_one_line(workspace, capsy
     assert main(["train", "--recipe", RECIPE, *args, "--dry-run"]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and err[0].startswith("npu-rl: error: ") and message in err[0], err
+
+
+@pytest.mark.parametrize(
+    "sets, message",
+    [
+        (
+            {"tools.code_interpreter.memory_mb": 4096},
+            "memory_mb 4096 is outside what the sandbox serves (16..sandbox.memory_mb 1024",
+        ),
+        ({"tools.code_interpreter.memory_mb": 8}, "memory_mb 8 is outside"),
+        ({"tools.code_interpreter.run_timeout_s": 120}, "run_timeout_s 120 is over the sandbox's 60 s"),
+    ],
+)
+def test_tool_limits_the_sandbox_would_refuse_are_refused_at_once(workspace, capsys, sets, message):
+    # Every call of such a run would get a 400 from npu-rl's own sandbox; a SandboxFusion of one's own
+    # (sandbox.url) has limits npu-rl does not know.
+    args = [a for k, v in sets.items() for a in ("--set", f"{k}={v}")]
+    assert main(["train", "--recipe", RECIPE, *args, "--dry-run"]) == 2
+    (line,) = capsys.readouterr().err.strip().splitlines()
+    assert message in line
+    own = ["--set", "sandbox.url=http://sandbox.example:8080/run_code"]
+    assert main(["train", "--recipe", RECIPE, *args, *own, "--dry-run"]) == 0

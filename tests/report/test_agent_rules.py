@@ -69,3 +69,13 @@ def test_the_step_means_of_what_each_rollout_timed():
         AGENT_TIMINGS["generate_sequences"]: 3.0,
         AGENT_TIMINGS["tool_calls"]: 0.5,
     }
+
+
+def test_the_cap_is_the_most_turns_verls_loop_lets_a_rollout_have():
+    from npu_rl.report.builder import _turn_cap
+
+    # Caps 16/16 (both upstream recipes): the policy's 16th turn ends it after 15 tool answers.
+    assert _turn_cap(load_recipe("qwen3_4b_retool_dapo_a3")) == 32
+    assert _turn_cap(load_recipe("qwen3_1_7b_code_toolcall_a2")) == 32
+    assert _turn_cap(load_recipe("tiny_agent_cpu")) == 6  # 3 turns of the policy, 2 tool answers
+    assert _turn_cap(load_recipe("tiny_math_cpu")) is None

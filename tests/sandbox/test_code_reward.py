@@ -4,6 +4,7 @@ a running `npu-rl sandbox serve`, as a run's reward workers reach it (``NPU_RL_S
 from __future__ import annotations
 
 import json
+import socket
 
 import pytest
 
@@ -49,9 +50,24 @@ def test_a_response_without_a_program_scores_nothing(sandbox):
     assert sandbox.health()["runs"] == before
 
 
-def test_the_programs_tests_cannot_reach_the_network_or_the_host(sandbox):
-    steal = "import urllib.request\nprint(urllib.request.urlopen('http://127.0.0.1:1').read())"
-    assert code_tests.compute_score("x", answer(steal), STDIN)["score"] == 0.0
+def test_the_programs_tests_cannot_reach_the_host(sandbox):
+    # A listener on the host: a program in the jail that reached it would print what it answers and pass.
+    with socket.socket() as listener:
+        listener.bind(("127.0.0.1", 0))
+        listener.listen()
+        listener.settimeout(0.5)
+        port = listener.getsockname()[1]
+        steal = f"import socket\ns = socket.create_connection(('127.0.0.1', {port}), 2)\nprint(int(input()) * 2)"
+        assert code_tests.compute_score("x", answer(steal), STDIN)["score"] == 0.0
+        assert code_tests.compute_score("x", answer("print(int(input()) * 2)"), STDIN)["score"] == 1.0
+        with pytest.raises(TimeoutError):
+            listener.accept()  # no connection ever arrived
+
+
+def test_a_function_may_print_and_its_result_may_be_listed_as_the_data_does(sandbox):
+    listed = json.dumps({"inputs": [[1, 2]], "outputs": [[3]], "fn_name": "add"})
+    code = "def add(a, b):\n    print('adding')\n    return a + b"
+    assert code_tests.compute_score("x", answer(code), listed)["score"] == 1.0
 
 
 def test_a_sandbox_that_is_down_scores_zero_and_is_counted_apart(monkeypatch):

@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import asyncio
 import json
+import threading
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 from conftest import CANARY
@@ -121,3 +123,78 @@ def test_a_call_that_gets_through_ends_the_outage(server, tmp_path, monkeypatch)
     now[0] += 60
     call(down, {"code": "print(1)"})  # a new outage, 0 s old
     assert not (tmp_path / "outage.json").exists()
+
+
+class _Flaky(BaseHTTPRequestHandler):
+    """A SandboxFusion that answers its ping and fails ``/run_code`` with ``status`` (503 at first ``busy``
+    times, then a run)."""
+
+    status = 500
+    busy = 0
+
+    def do_GET(self):  # noqa: N802 (http.server's name)
+        self.send_response(200)
+        self.end_headers()
+        self.wfile.write(b"pong")
+
+    def do_POST(self):  # noqa: N802
+        self.rfile.read(int(self.headers["Content-Length"]))
+        cls = type(self)
+        if cls.busy > 0:
+            cls.busy -= 1
+            self.send_response(503)
+            self.send_header("Retry-After", "0.1")
+            self.end_headers()
+            return
+        if cls.status != 200:
+            self.send_response(cls.status)
+            self.end_headers()
+            self.wfile.write(json.dumps({"error": "no"}).encode())
+            return
+        self.send_response(200)
+        self.end_headers()
+        answer = {"status": "Success", "run_result": {"status": "Finished", "return_code": 0, "stdout": "ok\n"}}
+        self.wfile.write(json.dumps(answer).encode())
+
+    def log_message(self, *args):
+        pass
+
+
+@pytest.fixture
+def flaky():
+    server = ThreadingHTTPServer(("127.0.0.1", 0), _Flaky)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    yield f"http://127.0.0.1:{server.server_address[1]}/run_code", _Flaky
+    server.shutdown()
+    server.server_close()
+
+
+def test_a_sandbox_that_still_answers_its_ping_is_not_down(flaky, tmp_path, monkeypatch):
+    url, handler = flaky
+    handler.status, handler.busy = 500, 0
+    monkeypatch.setenv(FILE_ENV, str(tmp_path / "outage.json"))
+    now = [0.0]
+    tool = make_tool(url, down_s=30)
+    tool.outage._clock = lambda: now[0]
+    call(tool, {"code": "print(1)"})
+    now[0] += 60  # minutes of failed calls apart, as between two rollouts: the ping decides
+    text, score = call(tool, {"code": "print(1)"})
+    assert "HTTP 500" in text and score == TOOL_NOT_RUN
+    assert not (tmp_path / "outage.json").exists() and tool.outage.first_failure is None
+
+
+def test_a_request_the_sandbox_refuses_is_no_outage(flaky):
+    url, handler = flaky
+    handler.status, handler.busy = 400, 0
+    tool = make_tool(url, down_s=0.001)
+    text, score = call(tool, {"code": "print(1)"})  # a policy can make a request the sandbox refuses, at will
+    assert "HTTP 400" in text and score == TOOL_NOT_RUN and tool.outage.first_failure is None
+
+
+def test_a_busy_sandbox_is_asked_again(flaky):
+    url, handler = flaky
+    handler.status, handler.busy = 200, 2
+    assert call(make_tool(url), {"code": "print(1)"}) == ("ok", TOOL_RAN)
+    handler.busy = 99
+    text, score = call(make_tool(url, down_s=3600), {"code": "print(1)"})
+    assert "stayed busy" in text and score == TOOL_NOT_RUN
