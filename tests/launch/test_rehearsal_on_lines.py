@@ -97,6 +97,8 @@ LIKE_ANOTHER = {
     "qwen2_5_1_5b_math_a2_1card_verl09",
     "qwen2_5_1_5b_math_a2_4card",
     "tiny_math_cpu",
+    # Trains through the same launch, tool calls and all (tests/e2e/test_agent_run.py).
+    "tiny_agent_cpu",
 }
 
 
@@ -123,7 +125,8 @@ def test_recipe_rehearses_through_verl_0_9_to_the_device_boundary(name, workspac
         assert "verl platform PlatformNPUStandIn (device npu, Ray resource NPU, device available: False)" in checked
         assert "device npu)" in checked[0], checked[0]
     # The reward verl 0.9 will load, from where it reads it (reward.custom_reward_function).
-    assert any(c.startswith("reward manager ") and c.endswith("npu_rl/reward/math.py:compute_score") for c in checked)
+    own = f"{recipe.reward.function.replace('.', '/')}.py:{recipe.reward.name}"  # math, agent or code_tests
+    assert any(c.startswith("reward manager ") and c.endswith(own) for c in checked), checked
     # verl's placement groups: one bundle per device of the recipe's world, one group per node, all fit.
     res = recipe.resources
     groups = report["plan"]["requested"]
