@@ -17,6 +17,7 @@ import shutil
 import statistics
 import sys
 import time
+from collections.abc import Mapping
 from pathlib import Path
 
 from . import run_files
@@ -66,6 +67,19 @@ def _same_heads(model_dir: Path, model_args: list[str]) -> bool:
     return all(value is None or str(have.get(key)) == value for key, value in want.items())
 
 
+def _start(workdir: Path, name: str, sets: Mapping[str, object], fresh: bool):
+    """The demo's workspace made and named for every job, its recipe with ``sets`` (and their `--set`
+    arguments), the earlier run's checkpoints and logs gone unless it resumes."""
+    workdir = workdir.resolve()
+    workdir.mkdir(parents=True, exist_ok=True)
+    os.environ["NPU_RL_WORKSPACE"] = str(workdir)
+    recipe = load_recipe(name, dict(sets))
+    if fresh:
+        for d in (run_files.checkpoint_root(recipe), run_files.log_root(recipe)):
+            shutil.rmtree(d, ignore_errors=True)
+    return recipe, [a for k, v in sets.items() for a in ("--set", f"{k}={v}")]
+
+
 def _step(title: str) -> None:
     print(f"\n=== {title} ===", flush=True)
 
@@ -98,15 +112,8 @@ def run(
         if missing:  # before the model is built
             print(f"npu-rl: error: {missing}; fix: {CPU_VLLM_FIX}", file=sys.stderr)
             return 2
-    workdir = workdir.resolve()
-    workdir.mkdir(parents=True, exist_ok=True)
-    os.environ["NPU_RL_WORKSPACE"] = str(workdir)
     sets = {"algorithm.total_training_steps": steps, **(VLLM_SETS if rollout == "vllm" else {}), **extra}
-    set_args = [a for k, v in sets.items() for a in ("--set", f"{k}={v}")]
-    recipe = load_recipe(RECIPE, sets)
-    if fresh:
-        for d in (run_files.checkpoint_root(recipe), run_files.log_root(recipe)):
-            shutil.rmtree(d, ignore_errors=True)
+    recipe, set_args = _start(workdir, RECIPE, sets, fresh)
     t_start = time.monotonic()
     timings: dict[str, float] = {}
 
@@ -217,11 +224,9 @@ def run_agent(workdir: Path, steps: int, fresh: bool) -> int:
     """The agent demo (module docstring): 0 where held-out accuracy rose."""
     import subprocess  # lazy: the agent demo's sandbox
 
+    from .cluster import proctree  # lazy: the agent demo's
     from .cluster.probe import free_port  # lazy: the agent demo's
 
-    workdir = workdir.resolve()
-    workdir.mkdir(parents=True, exist_ok=True)
-    os.environ["NPU_RL_WORKSPACE"] = str(workdir)
     port = free_port()
     sets = {
         "algorithm.total_training_steps": steps,
@@ -230,11 +235,7 @@ def run_agent(workdir: Path, steps: int, fresh: bool) -> int:
         "checkpoint.save_freq": steps,
         "sandbox.port": port,
     }
-    set_args = [a for k, v in sets.items() for a in ("--set", f"{k}={v}")]
-    recipe = load_recipe(AGENT_RECIPE, sets)
-    if fresh:
-        for d in (run_files.checkpoint_root(recipe), run_files.log_root(recipe)):
-            shutil.rmtree(d, ignore_errors=True)
+    recipe, set_args = _start(workdir, AGENT_RECIPE, sets, fresh)
     t_start = time.monotonic()
     timings: dict[str, float] = {}
 
@@ -277,12 +278,7 @@ def run_agent(workdir: Path, steps: int, fresh: bool) -> int:
         _job(["train", "--recipe", AGENT_RECIPE, *set_args])
         timings["train"] = time.monotonic() - t
     finally:
-        sandbox.terminate()
-        try:
-            sandbox.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            sandbox.kill()
-            sandbox.wait()
+        proctree.stop(sandbox, grace=30.0)  # and any jail's process it leaves
 
     _step("5/5 training health report")
     from .report import build_report  # lazy: numpy, at the last step

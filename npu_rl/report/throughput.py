@@ -278,7 +278,7 @@ def throughput_card(
     cond = conditions(recipe) if recipe is not None else None
     per_step = []
     for step in steps:
-        at = {tag: v for tag in needed if tag in series and math.isfinite(v := series[tag].value_at(step))}
+        at = {tag: v for tag in needed if (v := _at(series, tag, step)) is not None}
         tps = at.get(THROUGHPUT)
         e2e = None
         if cond is not None and PROMPT_MEAN in at and RESPONSE_MEAN in at:
