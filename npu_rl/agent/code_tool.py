@@ -7,11 +7,12 @@ exports to every worker) or to the ``url`` of the tool's configuration: any Sand
 
 Whatever happens to one call becomes text the policy reads: the code's output, its exit code, its time
 limit, or why the sandbox did not run it. Nothing a call does fails a rollout, with one exception: every
-call failing for ``down_s`` (the sandbox is down, npu_rl.agent.outage). Then ``release`` records the verdict
-and raises. The loop catches what ``create`` and ``execute`` raise and turns it into tool text (``:524-526``),
-but calls ``release`` in its ``finally`` (``:527-530``), outside that handler: the prompt's rollouts fail,
-and verl 0.9 leaves the prompt out of the step (trainer/ppo/v1/agent_loop_tq.py ``_run_prompt``) instead of
-training on its error text. The launch, watching for the verdict, stops the run.
+call failing for ``down_s`` (the sandbox is down, npu_rl.agent.outage). Then ``release`` records the
+verdict and holds the rollout, so that no step finishes, while the launch, watching for the verdict, stops
+the run. Only where nothing stops it does ``release`` raise: the loop catches what ``create`` and
+``execute`` raise and turns it into tool text (``:524-526``), but calls ``release`` in its ``finally``
+(``:527-530``), outside that handler, so the prompt's rollouts fail and verl 0.9 leaves the prompt out of
+the step (trainer/ppo/v1/agent_loop_tq.py ``_run_prompt``) instead of training on its error text.
 
 A call's score (verl's ``tool_rewards``, which only the reward function reads: ``:372-373``, and
 ``experimental/reward_loop/reward_manager/naive.py:45-47`` puts them into ``extra_info``) is ``RAN`` where
@@ -40,7 +41,14 @@ from .tool_config import CODE_TOOL_SCHEMA
 ERROR_PREFIX = "sandbox error: "
 # max_chars bounds what one answer carries; verl's loop cuts it to the recipe's max_tool_response_length,
 # keeping both ends (tool_agent_loop.py:532-540), where a traceback's last line is.
-DEFAULTS = {"run_timeout": 10.0, "memory_mb": -1, "language": "python", "down_s": 120.0, "max_chars": 16384}
+DEFAULTS = {
+    "run_timeout": 10.0,
+    "memory_mb": -1,
+    "language": "python",
+    "down_s": 120.0,
+    "max_chars": 16384,
+    "busy_wait": client.BUSY_WAIT_S,
+}
 # The calls wait on the sandbox in threads of their own, not in asyncio's default pool, which verl's loop
 # decodes tokens in (tool_parser.py:112): a slow sandbox must not hold generation up.
 _CALLS = concurrent.futures.ThreadPoolExecutor(max_workers=64, thread_name_prefix="npu-rl-sandbox-call")
@@ -91,7 +99,7 @@ def answer_text(answer: dict, max_chars: int) -> str:
 
 class CodeInterpreterTool(BaseTool):
     """A verl 0.9 BaseTool; its configuration (npu_rl.agent.tool_config) sets ``run_timeout``, ``memory_mb``
-    and ``down_s`` (and ``url``, ``max_chars`` where not the defaults)."""
+    and ``down_s`` (and ``url``, ``max_chars``, ``busy_wait`` where not the defaults)."""
 
     def __init__(self, config: dict, tool_schema: OpenAIFunctionToolSchema | None = None):
         super().__init__(config, tool_schema or schema())
@@ -104,6 +112,7 @@ class CodeInterpreterTool(BaseTool):
         self.memory_mb = int(settings["memory_mb"])
         self.language = str(settings["language"])
         self.max_chars = int(settings["max_chars"])
+        self.busy_wait = float(settings["busy_wait"])
         down_s = float(settings["down_s"])
         self.outage = _OUTAGES.setdefault(down_s, Outage(down_s))
 
@@ -121,11 +130,13 @@ class CodeInterpreterTool(BaseTool):
             run_timeout=self.run_timeout,
             memory_mb=self.memory_mb,
             language=self.language,
+            busy_wait_s=self.busy_wait,
         )
         try:
             answer = await asyncio.get_running_loop().run_in_executor(_CALLS, call)
         except client.Unavailable as e:
-            # A request the sandbox refused (a 4xx: a policy can write one on purpose) says it is up.
+            # A request the sandbox refused (a 4xx: a policy can write one on purpose) or kept turning away as
+            # busy says it is up.
             if e.refused:
                 self.outage.reached()
             else:
@@ -142,4 +153,4 @@ class CodeInterpreterTool(BaseTool):
         if await asyncio.get_running_loop().run_in_executor(_CALLS, client.unanswered, self.url) is None:
             self.outage.reached()
             return
-        self.outage.stop()
+        await self.outage.stop()

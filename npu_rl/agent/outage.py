@@ -2,16 +2,19 @@
 
 One tool call that cannot reach the sandbox is the policy's bad luck: it sees why in the tool's answer and
 the rollout goes on. Every call failing for ``down_s`` seconds is an outage: a run that went on would train
-on error text. The tool then writes its verdict to the file the launch named (``FILE_ENV``) and fails its
-rollout. verl 0.9 survives a failed rollout (trainer/ppo/v1/agent_loop_tq.py ``_run_prompt`` marks the
-prompt failed and trains on the rest), so the stop is the launch's: ``VerdictWatch`` sees the file, the launch
-stops verl and ends the run with ``Exit.SANDBOX_DOWN`` and one line, and a restart resumes from the newest
-checkpoint once the sandbox answers again. The standard library only: the launch reads the verdict without
-verl.
+on error text. The tool then writes its verdict to the file the launch named (``FILE_ENV``) and holds its
+rollout until the launch stops the run. verl 0.9 survives a failed rollout (trainer/ppo/v1/agent_loop_tq.py
+``_run_prompt`` marks the prompt failed and trains on the rest), so the stop is the launch's: ``VerdictWatch``
+sees the file, the launch stops verl and ends the run with ``Exit.SANDBOX_DOWN`` and one line, and a restart
+resumes from the newest checkpoint once the sandbox answers again. The hold keeps the step from finishing
+meanwhile: a rollout that failed at once let a step of failed prompts finish, and save its checkpoint, before
+the launch's stop landed. Where no launch watches (no ``FILE_ENV``), or none stops the run within
+``HOLD_S``, the rollout fails instead. The standard library only: the launch reads the verdict without verl.
 """
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import threading
@@ -19,6 +22,8 @@ import time
 from pathlib import Path
 
 FILE_ENV = "NPU_RL_SANDBOX_OUTAGE_FILE"
+# The launch polls for the verdict every second and stops verl within its grace: far less than this.
+HOLD_S = 120.0
 
 
 class SandboxDown(RuntimeError):
@@ -61,16 +66,22 @@ class Outage:
             f"{self.last_error})"
         )
 
-    def stop(self) -> None:
-        """Record the verdict where the launch reads it, then raise SandboxDown."""
-        why = self.verdict()
+    def record(self) -> str | None:
+        """Write the verdict where the launch reads it; the file's path, None where no launch watches."""
         path = os.environ.get(FILE_ENV)
-        if path:
-            Path(path).parent.mkdir(parents=True, exist_ok=True)
-            tmp = Path(f"{path}.{os.getpid()}")
-            tmp.write_text(json.dumps({"error": why, "pid": os.getpid(), "time": time.time()}), encoding="utf-8")
-            tmp.replace(path)
-        raise SandboxDown(why)
+        if not path:
+            return None
+        Path(path).parent.mkdir(parents=True, exist_ok=True)
+        tmp = Path(f"{path}.{os.getpid()}.{threading.get_ident()}")
+        tmp.write_text(json.dumps({"error": self.verdict(), "pid": os.getpid(), "time": time.time()}), encoding="utf-8")
+        tmp.replace(path)
+        return path
+
+    async def stop(self) -> None:
+        """Record the verdict, hold the rollout while the launch stops the run, then raise SandboxDown."""
+        if self.record() is not None:
+            await asyncio.sleep(HOLD_S)
+        raise SandboxDown(self.verdict())
 
 
 def verdict_error(path: Path) -> str | None:

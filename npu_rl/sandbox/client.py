@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import http.client
 import json
+import random
 import time
 import urllib.error
 import urllib.request
@@ -56,18 +57,21 @@ def wait_answered(
 
 
 class Unavailable(Exception):
-    """The sandbox did not run the code. ``refused``: it answered and turned the request down (a 4xx: the
-    request's fault, the sandbox is up); otherwise nothing answered, it stayed busy, or it failed itself
-    (SandboxFusion's ``SandboxError``). Not the code's own failure, which is an answer."""
+    """The sandbox did not run the code. ``refused``: it answered and turned the request down (a 4xx, the
+    request's fault, or busy for the whole wait: the sandbox is up); otherwise nothing answered or it failed
+    itself (SandboxFusion's ``SandboxError``). Not the code's own failure, which is an answer."""
 
     def __init__(self, message: str, refused: bool = False):
         super().__init__(message)
         self.refused = refused
 
 
-# A busy sandbox (503, 429) is asked again after its Retry-After, this many times: a rollout's calls come in
-# bursts (every agent loop worker's at once) that the sandbox's queue absorbs within seconds.
-BUSY_TRIES = 5
+# A busy sandbox (503, 429) is asked again after its Retry-After, spread by a random factor so that the calls
+# it turned away together do not all come back together, until BUSY_WAIT_S have passed. Busy is an answer,
+# not an outage: a rollout's calls come in bursts (every agent loop worker's at once, 64 on the CPU demo
+# against 2 slots and 16 places in the queue), and a step waits on its slowest call anyway. A count of tries
+# instead turned calls away as "not run" once a loaded machine ran the jails slower (the agent run in CI).
+BUSY_WAIT_S = 120.0
 BUSY_WAIT_MAX_S = 5.0
 
 
@@ -79,20 +83,26 @@ def run_code(
     memory_mb: int = -1,
     language: str = "python",
     stdin: str | None = None,
+    busy_wait_s: float = BUSY_WAIT_S,
 ) -> dict:
     """SandboxFusion's answer to running ``code`` (``status``, ``run_result``); Unavailable where the sandbox
     gave none. The request is SandboxFusion's (npu_rl.sandbox.request), so any SandboxFusion serves it."""
     body = json.dumps(
         {"code": code, "language": language, "run_timeout": run_timeout, "memory_limit_MB": memory_mb, "stdin": stdin}
     ).encode()
-    for attempt in range(BUSY_TRIES):
+    deadline = time.monotonic() + busy_wait_s
+    tries = 0
+    while True:
+        tries += 1
         try:
             return _post(run_code_url, body, run_timeout + ANSWER_GRACE_S)
         except _Busy as busy:
-            if attempt == BUSY_TRIES - 1:
-                raise Unavailable(f"{run_code_url} stayed busy ({BUSY_TRIES} tries): {busy}") from None
-            time.sleep(min(busy.retry_after, BUSY_WAIT_MAX_S))
-    raise AssertionError("unreachable")
+            wait = min(busy.retry_after, BUSY_WAIT_MAX_S) * random.uniform(0.5, 1.5)  # noqa: S311 (spread, not secret)
+            if time.monotonic() + wait > deadline:
+                raise Unavailable(
+                    f"{run_code_url} stayed busy for {busy_wait_s:g}s ({tries} tries): {busy}", refused=True
+                ) from None
+            time.sleep(wait)
 
 
 class _Busy(Exception):

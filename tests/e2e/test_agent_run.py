@@ -47,9 +47,12 @@ class Sandbox:
         assert "serving http://" in line, line
         self.url = f"http://127.0.0.1:{port}"
 
-    def runs(self) -> int:
+    def health(self) -> dict:
         with urllib.request.urlopen(self.url + "/health", timeout=10) as r:
-            return json.loads(r.read())["runs"]
+            return json.loads(r.read())
+
+    def runs(self) -> int:
+        return self.health()["runs"]
 
     def stop(self) -> None:
         if self.proc.poll() is None:
@@ -103,6 +106,7 @@ def run(tmp_path_factory):
     sandbox = Sandbox(port)
     try:
         second = subprocess.run(train, env=env, capture_output=True, text=True, timeout=900)
+        out["health_after_resume"] = sandbox.health()
     finally:
         sandbox.stop()
     out["second"] = (second.returncode, second.stdout, second.stderr)
@@ -144,4 +148,6 @@ def test_the_same_command_resumes_once_the_sandbox_is_back(run):
     assert f"finished at global_step_{STEPS}" in out
     resumed = [r for r in run["metrics"] if r["step"] > 2]
     assert {r["step"] for r in resumed} >= set(range(3, STEPS + 1))
-    assert all(r["data"]["reward/tool_errors"] == 0 for r in resumed if r["step"] > 4)
+    errors = {r["step"]: r["data"]["reward/tool_errors"] for r in resumed if r["step"] > 4}
+    # What the sandbox answered (its busy turn-aways among them) says why, if a call did not run.
+    assert not any(errors.values()), (errors, run.get("health_after_resume"))

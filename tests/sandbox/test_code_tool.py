@@ -10,12 +10,13 @@ from __future__ import annotations
 import asyncio
 import json
 import threading
+import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
-from conftest import CANARY
+from conftest import CANARY, Server, serve_argv
 
-from npu_rl.agent import code_tool
+from npu_rl.agent import code_tool, outage
 from npu_rl.agent.outage import FILE_ENV, SandboxDown, verdict_error
 from npu_rl.cluster.probe import free_port
 from npu_rl.reward.agent import TOOL_NOT_RUN, TOOL_RAN
@@ -105,10 +106,33 @@ def test_every_call_failing_for_the_allowance_stops_the_rollout(tmp_path, monkey
     call(tool, {"code": "print(1)"})  # within the allowance: the policy reads the error, the rollout goes on
     assert not verdict.exists()
     now[0] += 2
+    monkeypatch.setattr(outage, "HOLD_S", 3.0)
+    seen_while_held = []
+
+    async def watch():
+        # The launch's side: the verdict is there while the rollout is still held, so no step finishes.
+        task = asyncio.ensure_future(asyncio.to_thread(call, tool, {"code": "print(1)"}))
+        for _ in range(25):
+            await asyncio.sleep(0.1)
+            if verdict.exists():
+                seen_while_held.append(not task.done())
+                break
+        return await task
+
     with pytest.raises(SandboxDown, match=r"unreachable for 31s \(3 tool calls failed"):
-        call(tool, {"code": "print(1)"})
+        asyncio.run(watch())
+    assert seen_while_held == [True]
     assert "nothing answers" in verdict_error(verdict)
     assert json.loads(verdict.read_text())["pid"] > 0
+
+
+def test_without_a_launch_watching_the_rollout_fails_at_once(monkeypatch):
+    monkeypatch.delenv(FILE_ENV, raising=False)
+    tool = make_tool(f"http://127.0.0.1:{free_port()}/run_code", down_s=0.05)
+    call(tool, {"code": "print(1)"})
+    time.sleep(0.1)
+    with pytest.raises(SandboxDown):  # nothing would stop the run: failing the rollout is all that is left
+        call(tool, {"code": "print(1)"})
 
 
 def test_a_call_that_gets_through_ends_the_outage(server, tmp_path, monkeypatch):
@@ -195,6 +219,38 @@ def test_a_busy_sandbox_is_asked_again(flaky):
     url, handler = flaky
     handler.status, handler.busy = 200, 2
     assert call(make_tool(url), {"code": "print(1)"}) == ("ok", TOOL_RAN)
-    handler.busy = 99
-    text, score = call(make_tool(url, down_s=3600), {"code": "print(1)"})
-    assert "stayed busy" in text and score == TOOL_NOT_RUN
+    handler.busy = 10**6
+    tool = make_tool(url, down_s=0.001, busy_wait=2)
+    text, score = call(tool, {"code": "print(1)"})
+    # Busy for the whole wait: not run, but the sandbox answered, so no outage however short the allowance.
+    assert "stayed busy for 2s" in text and score == TOOL_NOT_RUN and tool.outage.first_failure is None
+
+
+def test_a_burst_larger_than_the_sandboxs_queue_all_runs(server, tmp_path, monkeypatch):
+    """Every agent loop worker's calls at once, as a rollout sends them, against one slot and no queue: the
+    calls turned away as busy come back, spread out, until the sandbox runs each (a count of tries failed
+    some of them in CI, where the jails ran slower beside the training)."""
+    monkeypatch.setenv(FILE_ENV, str(tmp_path / "outage.json"))
+    # Its own slot user beside the module's server (which stays idle meanwhile).
+    one = Server(serve_argv("--uid-base", str(UID_BASE + 10), "--slots", "1", "--queue", "0"))
+    try:
+        tool = make_tool(one.url + "/run_code", down_s=0.001)
+
+        async def burst():
+            async def one_call(i):
+                instance, _ = await tool.create()
+                try:
+                    response, score, _ = await tool.execute(instance, {"code": f"print({i} * 7)"})
+                finally:
+                    await tool.release(instance)
+                return response.text, score
+
+            return await asyncio.gather(*(one_call(i) for i in range(24)))
+
+        answers = asyncio.run(burst())
+        health = one.health()
+    finally:
+        one.stop()
+    assert answers == [(str(i * 7), TOOL_RAN) for i in range(24)]
+    assert health["rejected"].get("503", 0) > 0  # the burst really was turned away at first
+    assert not (tmp_path / "outage.json").exists()
