@@ -20,7 +20,7 @@ XDIST = $(if $(filter 0,$(TEST_WORKERS)),,-n $(TEST_WORKERS) --dist loadfile)
 
 help:
 	@echo "make demo   - tiny Qwen2 GRPO on CPU: model, data, train (Ray), merge, eval, report (STACK=<line>: on that stack line)"
-	@echo "make demo TASK=agent - tiny Qwen2 learns to call a code interpreter: multi-turn GRPO, verl's tool agent loop, npu-rl's sandbox"
+	@echo "make demo TASK=agent - tiny Qwen2 learns to call a code interpreter: SFT (verl's SFT trainer), then multi-turn GRPO with verl's tool agent loop and npu-rl's sandbox"
 	@echo "make test   - the tests to run before every commit (one end-to-end smoke run; under 10 minutes on 2 cores)"
 	@echo "make test-all - every test, as CI runs it (.ci/run builds .venv-eval, .venv-npu and the images first)"
 	@echo "make render - re-render compose/ and k8s/ from the recipes"

@@ -3,10 +3,11 @@
 model -> data -> GRPO through Ray (verl) -> checkpoint -> merge -> evaluation
 -> health report, each step through the same `npu-rl` jobs a user runs on NPU.
 
-`make demo TASK=agent` (``--task agent``): the agent recipe, tiny_agent_cpu, on its stack line. The model's
-format stage on a teacher's tool transcripts, the task's data, npu-rl's sandbox, then multi-turn GRPO through
-verl 0.9's tool agent loop; held-out accuracy and the tool-call rate before and after are verl's own
-validation of the same loop, at step 0 and at the last step.
+`make demo TASK=agent` (``--task agent``): the agent recipes on their stack line, in upstream's two stages.
+The task's data; the SFT stage, tiny_agent_sft_cpu, through verl 0.9's SFT trainer on a teacher's tool
+transcripts, merged as upstream merges it; npu-rl's sandbox; then multi-turn GRPO, tiny_agent_cpu, from the
+SFT stage's model through verl 0.9's tool agent loop. Held-out accuracy and the tool-call rate before and
+after are verl's own validation of the same loop, at step 0 and at the last step.
 """
 
 from __future__ import annotations
@@ -217,7 +218,8 @@ def _summary(
 
 
 AGENT_RECIPE = "tiny_agent_cpu"
-AGENT_STEPS = 12
+AGENT_SFT_RECIPE = "tiny_agent_sft_cpu"
+AGENT_STEPS = 20
 
 
 def run_agent(workdir: Path, steps: int, fresh: bool) -> int:
@@ -228,6 +230,8 @@ def run_agent(workdir: Path, steps: int, fresh: bool) -> int:
     from .cluster.probe import free_port  # lazy: the agent demo's
 
     port = free_port()
+    sft, sft_args = _start(workdir, AGENT_SFT_RECIPE, {}, fresh)
+    sft_steps = sft.algorithm.total_training_steps
     sets = {
         "algorithm.total_training_steps": steps,
         "checkpoint.val_before_train": True,
@@ -239,19 +243,27 @@ def run_agent(workdir: Path, steps: int, fresh: bool) -> int:
     t_start = time.monotonic()
     timings: dict[str, float] = {}
 
-    _step(
-        "1/5 tiny Qwen2 model, its format from a teacher's tool transcripts (the teacher calls the tool half the time)"
-    )
+    _step("1/6 tiny Qwen2 model, untrained, with the tool call's tags as tokens")
     t = time.monotonic()
-    _job(["model", "tiny", "--out", str(run_files.model_dir(recipe)), "--recipe", AGENT_RECIPE, *VLLM_MODEL_ARGS])
+    _job(["model", "tiny", "--out", str(run_files.model_dir(sft)), "--recipe", AGENT_SFT_RECIPE, *VLLM_MODEL_ARGS])
     timings["model"] = time.monotonic() - t
 
-    _step("2/5 data: exact products, generated (held-out test split)")
+    _step("2/6 data: exact products (held-out test split) and a teacher's transcripts, tool calls in half of them")
     t = time.monotonic()
     _job(["data", "arithmetic", "--out", str(run_files.resolve(Path(recipe.data.train_files[0]).parent))])
     timings["data"] = time.monotonic() - t
 
-    _step(f"3/5 the sandbox: npu-rl sandbox serve on port {port}")
+    _step(f"3/6 SFT on the transcripts with verl's SFT trainer ({sft_steps} steps), then merged")
+    t = time.monotonic()
+    _job(["train", "--recipe", AGENT_SFT_RECIPE, *sft_args])
+    _job(["merge", "--recipe", AGENT_SFT_RECIPE, *sft_args])
+    timings["sft"] = time.monotonic() - t
+    # The GRPO recipe starts from the merged model, where upstream's RL scripts point (model.path).
+    if run_files.model_dir(recipe) != run_files.merged_model_dir(sft, sft_steps):
+        print(f"demo: {AGENT_RECIPE}'s model.path is not {AGENT_SFT_RECIPE}'s merged model", file=sys.stderr)
+        return 1
+
+    _step(f"4/6 the sandbox: npu-rl sandbox serve on port {port}")
     argv = [
         sys.executable,
         "-m",
@@ -273,14 +285,14 @@ def run_agent(workdir: Path, steps: int, fresh: bool) -> int:
             return sandbox.returncode or 1
         print(first.rstrip(), flush=True)
 
-        _step(f"4/5 multi-turn GRPO with verl's tool agent loop on Ray ({steps} steps)")
+        _step(f"5/6 multi-turn GRPO with verl's tool agent loop on Ray ({steps} steps)")
         t = time.monotonic()
         _job(["train", "--recipe", AGENT_RECIPE, *set_args])
         timings["train"] = time.monotonic() - t
     finally:
         proctree.stop(sandbox, grace=30.0)  # and any jail's process it leaves
 
-    _step("5/5 training health report")
+    _step("6/6 training health report")
     from .report import build_report  # lazy: numpy, at the last step
     from .report.scalars import load_run  # lazy: numpy, at the last step
 

@@ -36,8 +36,15 @@ def step_dir(recipe: Recipe, step: int) -> Path:
     return step_path(checkpoint_root(recipe), step)
 
 
+def shards_dir(recipe: Recipe, step: int) -> Path:
+    """Where a step's model shards are: the actor's folder of a GRPO checkpoint; an SFT checkpoint's own
+    (verl v0.9.0 utils/checkpoint/checkpoint_handler.py ``save_checkpoint``: the engine saves into the step's
+    folder)."""
+    return step_dir(recipe, step) if recipe.sft is not None else step_dir(recipe, step) / "actor"
+
+
 def merged_model_dir(recipe: Recipe, step: int) -> Path:
-    return step_dir(recipe, step) / "actor" / "huggingface"
+    return shards_dir(recipe, step) / "huggingface"
 
 
 def log_root(recipe: Recipe) -> Path:
@@ -105,7 +112,7 @@ def _marker(recipe: Recipe) -> int | None:
 def checkpoint_problem(recipe: Recipe, step: int) -> str | None:
     """Why ``global_step_<step>`` cannot be resumed from or merged (None: it is complete)."""
     d = step_dir(recipe, step)
-    actor = d / "actor"
+    actor = shards_dir(recipe, step)
     if not actor.is_dir():
         return "no actor/ directory"
     if recipe.actor.strategy == "megatron":
@@ -116,8 +123,15 @@ def checkpoint_problem(recipe: Recipe, step: int) -> str | None:
         shards = [actor / f"{kind}_world_size_{world}_rank_{r}.pt" for kind in SHARD_KINDS for r in range(world)]
         missing = [p.name for p in shards if not p.is_file() or p.stat().st_size == 0]
         if missing:
-            return f"{len(missing)} shard(s) missing or empty, e.g. actor/{missing[0]}"
-    if not (d / DATALOADER_STATE).is_file():
+            where = "" if recipe.sft is not None else "actor/"
+            return f"{len(missing)} shard(s) missing or empty, e.g. {where}{missing[0]}"
+    if recipe.sft is not None:
+        # The SFT trainer saves each data-parallel rank's dataloader (checkpoint_handler.py: data_<dp rank>.pt).
+        dp = recipe.resources.world_size // recipe.sft.ulysses_sequence_parallel_size
+        lacking = [f"data_{r}.pt" for r in range(dp) if not (d / f"data_{r}.pt").is_file()]
+        if lacking:
+            return f"no {lacking[0]} (the save did not finish)"
+    elif not (d / DATALOADER_STATE).is_file():
         return "no data.pt (the save did not finish)"
     marker = _marker(recipe)
     if marker is not None and step > marker:

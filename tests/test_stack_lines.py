@@ -281,7 +281,12 @@ for path in sorted(Path("configs/recipes").glob("*.yaml")):
     sets = {"stack": sys.argv[1]}
     if path.stem == "tiny_math_cpu":
         sets["rollout.name"] = "vllm"
-    cfg = check_argv(build_launch(load_recipe(path.stem, sets)).argv)
+    recipe = load_recipe(path.stem, sets)
+    cfg = check_argv(build_launch(recipe).argv)
+    if recipe.sft is not None:  # verl 0.9's SFT trainer's config (sft_trainer_engine)
+        out[path.stem] = {"sft": [cfg.data.train_batch_size, cfg.data.micro_batch_size_per_gpu,
+                                  cfg.engine.ulysses_sequence_parallel_size, cfg.optim.lr_scheduler_type]}
+        continue
     ro = cfg.actor_rollout_ref.rollout
     out[path.stem] = [
         str(cfg.reward.custom_reward_function.path),
@@ -314,6 +319,17 @@ def test_every_recipe_composes_through_the_new_lines_verl_config(tmp_path):
     from npu_rl.launcher.spec import build_launch
     from npu_rl.recipe import load_recipe
 
+    sft = {name: composed.pop(name)["sft"] for name in list(composed) if isinstance(composed[name], dict)}
+    assert len(sft) >= 3  # the two agent recipes' SFT stages and the demo's
+    for name, (batch, micro, sp, schedule) in sft.items():
+        recipe = load_recipe(name, {"stack": NEW})
+        assert recipe.sft is not None
+        want = [recipe.algorithm.train_batch_size, recipe.sft.micro_batch_size_per_device]
+        assert [batch, micro, sp, schedule] == [
+            *want,
+            recipe.sft.ulysses_sequence_parallel_size,
+            recipe.sft.lr_scheduler,
+        ]
     for name, (reward_path, manager, (tp, dp, ep), (bypass, log_probs)) in composed.items():
         recipe = load_recipe(name, {"stack": NEW, **({"rollout.name": "vllm"} if name == "tiny_math_cpu" else {})})
         own = recipe.reward.function.replace(".", "/") + ".py"  # npu_rl.reward.math, .agent, .code_tests

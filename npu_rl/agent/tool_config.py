@@ -10,23 +10,11 @@ from typing import Any
 import yaml
 
 from .. import run_files
+from ..data.tools import CODE_TOOL_NAME, CODE_TOOL_SCHEMA
 from ..recipe.schema import Recipe
 
 CODE_TOOL_CLASS = "npu_rl.agent.code_tool.CodeInterpreterTool"
-CODE_TOOL_NAME = "code_interpreter"  # upstream's name (cann-recipes-train agent_rl, both recipes)
-# verl's schema model keeps a property's type, description and enum only (tools/schemas.py:21-38).
-CODE_TOOL_SCHEMA: dict[str, Any] = {
-    "type": "function",
-    "function": {
-        "name": CODE_TOOL_NAME,
-        "description": "Run Python code and see what it prints. Print what you want to know.",
-        "parameters": {
-            "type": "object",
-            "properties": {"code": {"type": "string", "description": "The Python code to run"}},
-            "required": ["code"],
-        },
-    },
-}
+__all__ = ["CODE_TOOL_CLASS", "CODE_TOOL_NAME", "CODE_TOOL_SCHEMA", "config", "path", "run_dir", "text"]
 
 
 def run_dir(recipe: Recipe) -> Path:

@@ -71,7 +71,10 @@ def register(sub: argparse._SubParsersAction) -> None:
         **options.examples("npu-rl data arithmetic --out data/arithmetic"),
     )
     a.add_argument(
-        "--out", type=output_dir, required=True, help="writes OUT/train.parquet, OUT/test.parquet and OUT/sft.parquet"
+        "--out",
+        type=output_dir,
+        required=True,
+        help="writes OUT/{train,test}.parquet (RL) and OUT/{sft,sft_val}.parquet (SFT)",
     )
     a.add_argument("--seed", type=int, default=0)
     a.set_defaults(func=_arithmetic)
@@ -88,6 +91,18 @@ def register(sub: argparse._SubParsersAction) -> None:
             "PrimeIntellect verifiable-coding-problems -> the code agent's rows, tests as ground truth",
             "OUT/train.parquet and OUT/validation.parquet (one row in 100)",
             "data/verifiable-coding-problems",
+        ),
+        (
+            "retool-sft",
+            "ReTool-SFT (code and interpreter blocks in one answer) -> ReTool's SFT transcripts",
+            "OUT/train.parquet (messages with tool calls, tools)",
+            "data/ReTool-SFT",
+        ),
+        (
+            "agent-sft",
+            "Open-AgentRL-SFT-3K -> the code agent's SFT transcripts (coding trajectories with tool use)",
+            "OUT/train.parquet (messages with tool calls, tools)",
+            "data/Open-AgentRL-SFT-3K",
         ),
     ):
         c = dsub.add_parser(
@@ -115,12 +130,14 @@ def _deepscaler(args: argparse.Namespace) -> int:
 
 
 def _agent_set(args: argparse.Namespace) -> int:
-    from ..data import agent_sources  # lazy: pyarrow
+    from ..data import agent_sources, sft_sources  # lazy: pyarrow
 
     convert = {
         "dapo-math": agent_sources.prepare_dapo_math,
         "aime": agent_sources.prepare_aime,
         "code-problems": agent_sources.prepare_code_problems,
+        "retool-sft": sft_sources.prepare_retool_sft,
+        "agent-sft": sft_sources.prepare_agent_sft,
     }[args.agent_set]
     convert(args.out, args.source)
     return 0

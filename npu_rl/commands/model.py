@@ -100,13 +100,18 @@ def _tiny(args: argparse.Namespace) -> int:
     from ..model.tokenizer_override import resolve_override  # lazy: the job
 
     recipe = options.load(args)
+    if recipe.sft is not None and args.warm_start_steps > 0:
+        # An SFT recipe's model is what its SFT stage starts from: untrained, the format is the stage's to teach.
+        print(f"no warm start: {recipe.name} is an SFT recipe, whose run teaches the format (npu-rl train)")
+        args.warm_start_steps = 0
     if args.warm_start_steps > 0:
         # The warm start trains: on the line's instruction set (npu_rl.platform.cpu_isa).
         code = options.rerun_under_isa(args, ["model", "tiny"], recipe.stack_line)
         if code is not None:
             return code
     override = resolve_override(recipe.model.tokenizer_config)
-    agent = recipe.rollout.multi_turn.enabled
+    # The agent recipes' models: the tool's tags as tokens (the SFT recipes are the agent recipes' SFT stages).
+    agent = recipe.rollout.multi_turn.enabled or recipe.sft is not None
     # Train the BPE on the kind of text it will see: problems, solutions (an agent's transcripts) and the
     # chat template.
     if agent:

@@ -15,12 +15,16 @@ from dataclasses import dataclass
 _ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]")
 _RAY_SOURCE = re.compile(r"^\((?P<source>[^()\s]+)(?: pid=\d+)?(?:, ip=[\d.:a-f]+)?\)\s?")
 _REPEATED = re.compile(r"\s*\[repeated \d+x across cluster\].*$")
-_STEP = re.compile(r"(?:^|\s)step:(\d+) - (.*)$")
+# tqdm's bar may share the line with no space between (the SFT trainer's "... 3.27s/it]step:2 - ...").
+_STEP = re.compile(r"(?:^|[\s\]])step:(\d+) - (.*)$")
 # verl's tqdm bar (ray_trainer.py fit: tqdm(total=self.total_training_steps, desc="Training Progress")).
 _TQDM_TOTAL = re.compile(r"Training Progress:.*?\|\s*\d+/(\d+)\b")
 # verl's _save_checkpoint prints the folder before it writes it: 0.6.1 ray_trainer.py 785; 0.9.0 logs it
-# (trainer/ppo/v1/trainer_base.py:892, "INFO:<time>:Saving checkpoint to <folder>").
-_CHECKPOINT = re.compile(r"(?:^local_global_step_folder: |^INFO:.*?:Saving checkpoint to )(\S+)$")
+# (trainer/ppo/v1/trainer_base.py:892, "INFO:<time>:Saving checkpoint to <folder>"); 0.9.0's SFT trainer prints
+# it (utils/checkpoint/checkpoint_handler.py:92, "Saving checkpoint to: <folder>").
+_CHECKPOINT = re.compile(
+    r"(?:^local_global_step_folder: |^INFO:.*?:Saving checkpoint to |^Saving checkpoint to: )(\S+)$"
+)
 # verl 0.9's console logger prints numpy scalars by their repr: "acc/mean@1:np.float64(0.53125)".
 _NUMPY_SCALAR = re.compile(r"np\.\w+\((.*)\)")
 # npu_rl.patches.checkpoint_rotation, after a save: "npu-rl: global_step_24 is complete; removed global_step_8

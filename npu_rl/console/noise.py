@@ -41,6 +41,10 @@ NOISE: tuple[Noise, ...] = (
         r"FSDP\.state_dict_type\(\) and FSDP\.set_state_dict_type\(\) are being deprecated",
         "verl's own FSDP checkpoint code (fsdp_workers.py) calls it; nothing in a recipe changes it",
     ),
+    Noise(
+        r"FSDP is switching to use `NO_SHARD` instead of ShardingStrategy\.FULL_SHARD since the world size is 1",
+        "one rank has nothing to shard with: a one-device run (the tiny SFT recipe) is whole on its rank",
+    ),
     Noise(r"Torch profiler tool config is not fully supported", "verl's default profiler section; profiling is off"),
     Noise(r"Disabled critic as algorithm\.adv_estimator != gae", "GRPO has no critic by design"),
     Noise(r"'set_vital' is deprecated", "torchdata inside verl's dataloader"),

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import re
 import sys
 import threading
 import time
@@ -29,6 +30,8 @@ GATE_METRIC = "training/rollout_probs_diff_mean"  # npu_rl.patches.consistency.M
 GATE_CORR_METRIC = "training/rollout_actor_probs_pearson_corr"  # npu_rl.patches.consistency.CORR_METRIC
 _REWARD_PARTS = "reward/"  # npu_rl.patches.reward_parts logs each part's batch mean under this prefix
 _MAX_PARTS = 4
+# verl 0.9 SFT trainer's step metrics (trainer/sft_trainer.py fit: "train/loss", and "val/loss" at validation).
+SFT_LOSS, SFT_VAL_LOSS = "train/loss", "val/loss"
 
 
 def choose_mode(verbose: bool, stream: TextIO) -> Mode:
@@ -59,6 +62,8 @@ class Progress:
         for key, value in metrics.items():
             if key.startswith("val-core/") and lines.finite(value):
                 self.held_out = (key.split("/")[-2], value, step)
+            elif key == SFT_VAL_LOSS and lines.finite(value):  # the SFT trainer's validation
+                self.held_out = ("loss", value, step)
 
     def eta(self, now: float) -> float | None:
         if self.total is None or self.last is None or self.first is None:
@@ -87,6 +92,8 @@ class Progress:
                 if k.startswith(_REWARD_PARTS) and lines.finite(v) and v != 0
             ][:_MAX_PARTS]
             out.append(f"reward {m['critic/score/mean']:.3f}" + (f" ({', '.join(parts)})" if parts else ""))
+        if lines.finite(m.get(SFT_LOSS)):
+            out.append(f"loss {m[SFT_LOSS]:.3f}")
         if lines.finite(m.get("timing_s/step")):
             out.append(f"{m['timing_s/step']:.1f} s/step")
         if lines.finite(m.get("perf/throughput")):
@@ -228,7 +235,9 @@ class TrainConsole:
             return
         if self._checkpoint:
             rotated = f" ({self._rotated})" if self._rotated else ""
-            self.event(f"checkpoint global_step_{step} saved: {self._checkpoint}{rotated}")
+            # The folder names its step: verl's SFT trainer saves after its step line, GRPO's before.
+            saved = m.group(1) if (m := re.search(r"global_step_(\d+)", self._checkpoint)) else step
+            self.event(f"checkpoint global_step_{saved} saved: {self._checkpoint}{rotated}")
             self._checkpoint = self._rotated = None
         held = self.state.held_out
         if held and held[2] == step:

@@ -18,9 +18,10 @@ import random
 from pathlib import Path
 
 from .math import write_parquet
+from .tools import CODE_TOOL_NAME as TOOL_NAME
+from .tools import CODE_TOOL_SCHEMA
 
 DATA_SOURCE = "npu_rl/arithmetic"
-TOOL_NAME = "code_interpreter"
 AGENT_LOOP = "tool_agent"  # verl 0.9's registered name (experimental/agent_loop/tool_agent_loop.py:99)
 INSTRUCTION = "Give the exact answer within \\boxed{}."
 SIZES = {"train": 512, "test": 64}
@@ -94,13 +95,17 @@ def transcripts(pairs: list[tuple[int, int]], tool_rate: float = TOOL_RATE, seed
 
 
 def write(out: Path, seed: int = 0) -> dict[str, int]:
-    """train.parquet and test.parquet (the RL stage's) and sft.parquet (the SFT stage's, on the train split)."""
+    """train.parquet and test.parquet (the RL stage's), and sft.parquet and sft_val.parquet (the SFT stage's
+    transcripts of the same splits)."""
     splits = problems(seed)
     counts = {}
     for split, pairs in splits.items():
         write_parquet([_row(a, b, split, i) for i, (a, b) in enumerate(pairs)], out / f"{split}.parquet")
         counts[split] = len(pairs)
-    sft = [{"messages": m} for m in transcripts(splits["train"], seed=seed)]
-    write_parquet(sft, out / "sft.parquet")
-    counts["sft"] = len(sft)
+    # The tools of each row are what verl's SFT dataset renders into the system prompt, as the rollout's
+    # prompt has them (verl v0.9.0 utils/dataset/multiturn_sft_dataset.py:167-171, :294-308).
+    for split, name in (("train", "sft"), ("test", "sft_val")):
+        rows = [{"messages": m, "tools": [CODE_TOOL_SCHEMA]} for m in transcripts(splits[split], seed=seed)]
+        write_parquet(rows, out / f"{name}.parquet")
+        counts[name] = len(rows)
     return counts

@@ -27,7 +27,7 @@ def merge(recipe: Recipe, step: int | None = None) -> Path:
         raise UserError(f"no complete checkpoint under {run_files.checkpoint_root(recipe)} (train first)")
     if step is None:
         step = steps[-1]
-    actor = run_files.step_dir(recipe, step) / "actor"
+    actor = run_files.shards_dir(recipe, step)
     target = run_files.merged_model_dir(recipe, step)
     backend = "megatron" if recipe.actor.strategy == "megatron" else "fsdp"
     cmd = [

@@ -46,8 +46,9 @@ HCCL_PORT_SPAN = 16
 # --- the launch: the data's columns and rows, the reward file -------------------------------
 
 
-def check_data_file(path: Path, prompt_key: str, field: str) -> int:
-    """The file's row count, once it is a parquet file with the columns verl reads."""
+def check_data_file(path: Path, prompt_key: str, field: str, required: tuple[str, ...] = REQUIRED_DATA_COLUMNS) -> int:
+    """The file's row count, once it is a parquet file with the columns verl reads (``prompt_key`` and
+    ``required``)."""
     import pyarrow.parquet as pq  # lazy: pyarrow
 
     if not path.is_file():
@@ -56,22 +57,44 @@ def check_data_file(path: Path, prompt_key: str, field: str) -> int:
         schema = pq.read_schema(path)
     except Exception as err:  # pyarrow raises several types for a broken file
         raise UserError(f"{field}: {path} is not a readable parquet file ({err})") from None
-    missing = [c for c in (prompt_key, *REQUIRED_DATA_COLUMNS) if c not in schema.names]
+    missing = [c for c in (prompt_key, *required) if c not in schema.names]
     if missing:
-        raise UserError(f"{field}: {path} lacks column(s) {', '.join(missing)} (convert it with `npu-rl data math`)")
+        how = "`npu-rl prepare`" if required != REQUIRED_DATA_COLUMNS else "`npu-rl data math`"
+        raise UserError(f"{field}: {path} lacks column(s) {', '.join(missing)} (convert it with {how})")
     return pq.read_metadata(path).num_rows
 
 
 def check_data(recipe: Recipe) -> None:
     """verl drops the last incomplete batch, so fewer training rows than a batch is an empty dataloader."""
     d, batch = recipe.data, recipe.algorithm.train_batch_size
+    # An SFT recipe's rows are transcripts: verl's SFT dataset reads their messages (the tools are optional).
+    key, required = (recipe.sft.messages_key, ()) if recipe.sft is not None else (d.prompt_key, REQUIRED_DATA_COLUMNS)
     for field, files, least, why in (
         ("data.train_files", d.train_files, batch, f"algorithm.train_batch_size is {batch}"),
         ("data.val_files", d.val_files, 1, "validation needs at least one"),
     ):
-        rows = sum(check_data_file(run_files.resolve(f), d.prompt_key, field) for f in files)
+        rows = sum(check_data_file(run_files.resolve(f), key, field, required) for f in files)
         if rows < least:
             raise UserError(f"{field}: {rows} row(s) in {', '.join(files)}; {why}")
+        if field == "data.train_files" and recipe.sft is not None:
+            check_sft_steps(recipe, rows)
+
+
+def check_sft_steps(recipe: Recipe, rows: int) -> None:
+    """verl's SFT trainer stops after ``total_epochs`` even where ``total_training_steps`` asks for more, and
+    then neither validates nor saves its last step (verl v0.9.0 trainer/sft_trainer.py:356, :411-442: both wait
+    for a step reaching the total). Its loader drops each rank's incomplete batch (:236-252)."""
+    a, sft = recipe.algorithm, recipe.sft
+    assert sft is not None
+    dp = recipe.resources.world_size // sft.ulysses_sequence_parallel_size
+    per_epoch = (rows // dp) // (a.train_batch_size // dp)
+    if a.total_training_steps is not None and a.total_training_steps > per_epoch * a.total_epochs:
+        need = -(-a.total_training_steps // max(1, per_epoch))
+        raise UserError(
+            f"algorithm.total_training_steps {a.total_training_steps} is past the {per_epoch * a.total_epochs} steps "
+            f"of algorithm.total_epochs {a.total_epochs} ({per_epoch} per epoch over {rows} rows): verl's SFT trainer "
+            f"would stop there without saving its last step; set algorithm.total_epochs to {need} or more"
+        )
 
 
 def check_reward(recipe: Recipe) -> None:
@@ -370,10 +393,12 @@ def check_launch(spec, recipe: Recipe, ports=(), host: bool = True) -> None:
     ``host=False`` (the rehearsal) leaves out this host's platform checks (NPU driver,
     CANN, torch_npu, devices, ports), which only the machine that trains can pass."""
     check_patches(spec.patches, recipe)
-    check_graphs(recipe)
+    if recipe.sft is None:  # an SFT run has no rollout and no reward
+        check_graphs(recipe)
     check_model_dir(run_files.model_dir(recipe))
     check_data(recipe)
-    check_reward(recipe)
+    if recipe.sft is None:
+        check_reward(recipe)
     if host:
         # The model and the data files are checked above, the data more closely than the table's row; the
         # rollout's graphs too (a recipe check, made with or without the host's).

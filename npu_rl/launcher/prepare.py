@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from .. import run_files
-from ..data import agent_sources
+from ..data import agent_sources, sft_sources
 from ..data.deepscaler import prepare as convert_deepscaler
 from ..data.math import prepare as convert_math
 from ..data.sample import sample_dir
@@ -120,6 +120,15 @@ WRITES = {
     "deepscaler": "train.parquet and test.parquet",
     "dapo-math": "train.parquet beside data.train_files[0], test.parquet beside data.val_files[0]",
     "code-problems": "train.parquet and validation.parquet",
+    "retool-sft": "train.parquet (transcripts: messages and tools)",
+    "agent-sft": "train.parquet (transcripts: messages and tools)",
+}
+# The agent sets' raw files, read from disk only (their hub names, to download).
+AGENT_SETS = {
+    "dapo-math": "BytedTsinghua-SIA/DAPO-Math-17k",
+    "code-problems": "PrimeIntellect/verifiable-coding-problems",
+    "retool-sft": "JoeYing/ReTool-SFT",
+    "agent-sft": "Gen-Verse/Open-AgentRL-SFT-3K",
 }
 
 
@@ -137,14 +146,16 @@ def _local_source(recipe: Recipe, source: Path | None, field: str, hub: str) -> 
 def _prepare_agent_data(recipe: Recipe, source: Path | None) -> None:
     d = recipe.data
     train_dir = run_files.resolve(d.train_files[0]).parent
-    if d.format == "code-problems":
-        agent_sources.prepare_code_problems(
-            train_dir, _local_source(recipe, source, "source_dir", "PrimeIntellect/verifiable-coding-problems")
-        )
+    raw = _local_source(recipe, source, "source_dir", AGENT_SETS[d.format])
+    if d.format != "dapo-math":
+        convert = {
+            "code-problems": agent_sources.prepare_code_problems,
+            "retool-sft": sft_sources.prepare_retool_sft,
+            "agent-sft": sft_sources.prepare_agent_sft,
+        }[d.format]
+        convert(train_dir, raw)
         return
-    agent_sources.prepare_dapo_math(
-        train_dir, _local_source(recipe, source, "source_dir", "BytedTsinghua-SIA/DAPO-Math-17k")
-    )
+    agent_sources.prepare_dapo_math(train_dir, raw)
     val_dir = run_files.resolve(d.val_files[0]).parent
     agent_sources.prepare_aime(val_dir, _local_source(recipe, None, "val_source_dir", "yentinglin/aime_2025"))
 
@@ -157,7 +168,7 @@ def prepare_data(recipe: Recipe, source: Path | None = None) -> None:
     if all(f.is_file() for f in files):
         print(f"data: {', '.join(map(str, files))} already present", flush=True)
         return
-    if recipe.data.format in ("dapo-math", "code-problems"):
+    if recipe.data.format in AGENT_SETS:
         _prepare_agent_data(recipe, source)
     else:
         convert(

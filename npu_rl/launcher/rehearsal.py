@@ -60,6 +60,14 @@ def _without(environ, run_env) -> dict[str, str]:
 
 
 def run_rehearsal(recipe: Recipe, timeout: float = 300.0) -> Rehearsal:
+    if recipe.sft is not None:
+        # The rehearse patch stops verl's PPO trainer where devices would be allocated; the SFT trainer has no
+        # such stop yet. Its config is composed and built by verl (`npu-rl train --dry-run` does not; the
+        # launch's preflight does), and the tiny SFT recipe runs it whole on CPU.
+        raise UserError(
+            f"rehearsal of {recipe.name}: an SFT recipe has no rehearsal yet; its launch is checked by verl's "
+            "own SFT config when `npu-rl train` starts, and tiny_agent_sft_cpu runs the same trainer on CPU"
+        )
     spec = build_launch(recipe, rehearse=True)
     check_launch(spec, recipe, host=False)
     assert spec.rehearsal_report is not None

@@ -30,15 +30,20 @@ from ..patches.attest import ATTEST_ENV
 from ..patches.consistency import FILE_ENV
 from ..patches.rehearse import NODES_ENV, REPORT_ENV
 from ..recipe.schema import Recipe
+from . import sft
 from .hydra import quoted
 from .overrides import build_overrides, outage_file, patches_for, run_env
 
 ENTRY_MODULE = "verl.trainer.main_ppo"
+# Each entry's @hydra.main config: main_ppo's, and the SFT trainer's (npu_rl.launcher.sft).
+DEFAULT_CONFIGS = {ENTRY_MODULE: "ppo_trainer", sft.ENTRY_MODULE: sft.CONFIG_NAME}
 RUNTIME_ENV_PREFIX = "+ray_kwargs.ray_init.runtime_env.env_vars."
 
 
 def config_name(recipe: Recipe) -> str:
-    """verl's hydra config for the recipe's actor strategy (verl/trainer/config/<name>.yaml)."""
+    """verl's hydra config for the recipe's trainer and actor strategy (verl/trainer/config/<name>.yaml)."""
+    if recipe.sft is not None:
+        return sft.CONFIG_NAME
     return "ppo_megatron_trainer" if recipe.actor.strategy == "megatron" else "ppo_trainer"
 
 
@@ -53,16 +58,21 @@ class LaunchSpec:
     patches: tuple[str, ...]
     start_step: int | None
     log_dir: Path
-    attest_file: Path
+    attest_file: Path | None  # the Ray workers' patch report (None: an SFT launch, whose ranks are torchrun's)
     consistency_file: Path | None = None  # the consistency gate's verdicts (recipes with the gate)
     outage_file: Path | None = None  # the code tool's verdict that the sandbox is down (recipes with the tool)
     rehearsal_report: Path | None = None
     notes: tuple[str, ...] = ()  # what the launch decided that a user should read (a damaged checkpoint)
 
     def dry_run_text(self) -> str:
+        reach = (
+            "every Ray worker gets the runtime_env env_vars in argv"
+            if self.attest_file is not None
+            else "torchrun's ranks inherit the environment"
+        )
         lines = [
             f"# npu-rl launch of {self.recipe}: verl config {self.config_name}, patches "
-            f"{','.join(self.patches) or 'none'}; every Ray worker gets the runtime_env env_vars in argv"
+            f"{','.join(self.patches) or 'none'}; {reach}"
         ]
         lines += [f"export {k}={shlex.quote(v)}" for k, v in sorted(self.env.items())]
         lines.append(" \\\n    ".join(shlex.quote(c) for c in self.argv))
@@ -70,13 +80,14 @@ class LaunchSpec:
 
 
 def hydra_args(argv: Sequence[str]) -> tuple[str, list[str]]:
-    """(config name, overrides) of a ``python -m verl.trainer.main_ppo`` argv, read as hydra reads it."""
+    """(config name, overrides) of a ``python -m verl.trainer.main_ppo`` argv (or of the SFT trainer's under
+    torchrun), read as hydra reads it."""
     argv = list(argv)
-    try:
-        rest = argv[argv.index(ENTRY_MODULE) + 1 :]
-    except ValueError:
-        raise ValueError(f"not a {ENTRY_MODULE} command: {shlex.join(argv)}") from None
-    name, overrides, i = "ppo_trainer", [], 0  # main_ppo's @hydra.main default
+    entry = next((a for a in argv if a in DEFAULT_CONFIGS), None)
+    if entry is None:
+        raise ValueError(f"not a {' or '.join(DEFAULT_CONFIGS)} command: {shlex.join(argv)}")
+    rest = argv[argv.index(entry) + 1 :]
+    name, overrides, i = DEFAULT_CONFIGS[entry], [], 0  # the entry's @hydra.main default
     while i < len(rest):
         arg = rest[i]
         if arg in ("--config-name", "-cn"):
@@ -99,6 +110,8 @@ def cluster_nodes(recipe: Recipe) -> list[dict[str, float]]:
 
 def build_launch(recipe: Recipe, *, python: str | None = None, rehearse: bool = False) -> LaunchSpec:
     """The one launch of ``recipe``; ``rehearse`` stops verl where devices would be allocated."""
+    if recipe.sft is not None:
+        return _sft_launch(recipe, python)
     start_step, resume_from, restart, notes = _resume_point(recipe)
     log_dir = run_files.log_root(recipe)
     attest_file = log_dir / "workers.json"
@@ -139,6 +152,34 @@ def build_launch(recipe: Recipe, *, python: str | None = None, rehearse: bool = 
         consistency_file=consistency_file,
         outage_file=outage_file(recipe) if recipe.tools.code_interpreter.enabled else None,
         rehearsal_report=report,
+        notes=tuple(notes),
+    )
+
+
+def _sft_launch(recipe: Recipe, python: str | None) -> LaunchSpec:
+    """An SFT recipe's launch (npu_rl.launcher.sft): torchrun's ranks, no Ray, the same resume and files."""
+    start_step, resume_from, restart, notes = _resume_point(recipe)
+    patches = sft.patches_for(recipe)
+    env = run_env(recipe, start_step)
+    env.update(env_for(patches))
+    argv = (
+        python or sys.executable,
+        "-m",
+        sft.TORCHRUN,
+        *sft.torchrun_args(recipe),
+        "-m",
+        sft.ENTRY_MODULE,
+        *sft.sft_overrides(recipe, resume_from, restart),
+    )
+    return LaunchSpec(
+        recipe=recipe.name,
+        config_name=sft.CONFIG_NAME,
+        argv=argv,
+        env=dict(env),
+        patches=tuple(patches),
+        start_step=start_step,
+        log_dir=run_files.log_root(recipe),
+        attest_file=None,
         notes=tuple(notes),
     )
 

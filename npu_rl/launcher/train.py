@@ -29,7 +29,7 @@ from ..cluster.crossnode import check_cluster
 from ..cluster.membership import connected
 from ..cluster.nodewatch import Departure, NodeWatch
 from ..console.ticks import clock as clock_text
-from ..console.train import TrainConsole, choose_mode
+from ..console.train import EVERY_ENV, TrainConsole, choose_mode
 from ..errors import UserError
 from ..exit_codes import Exit
 from ..patches.consistency import verdict_error
@@ -44,6 +44,7 @@ from .watchdog import StepClock, Watchdog, dump_stacks, hang_message
 _LOG_LOCK = threading.Lock()  # Ray's output thread and the run's stream share console.log
 # After a failed run, how long a node's departure that caused it may take to show in Ray's node table.
 _DEPARTURE_SETTLE_S = 10.0
+SFT_PROGRESS_EVERY_S = 15.0
 
 
 @dataclass
@@ -77,7 +78,8 @@ def run_training(recipe: Recipe, *, ray_port: int | None = None, verbose: bool =
     check_launch(spec, recipe, ports=[ray_port] if ray_port else ())
     spec.log_dir.mkdir(parents=True, exist_ok=True)
     run_files.tensorboard_dir(recipe).mkdir(parents=True, exist_ok=True)
-    spec.attest_file.unlink(missing_ok=True)
+    if spec.attest_file is not None:
+        spec.attest_file.unlink(missing_ok=True)
     if spec.consistency_file is not None:
         spec.consistency_file.unlink(missing_ok=True)
     if recipe.rollout.multi_turn.enabled:
@@ -108,6 +110,9 @@ def run_training(recipe: Recipe, *, ray_port: int | None = None, verbose: bool =
             gate_max=gate_max,
             gate_min_corr=gate_min_corr,
             gate_every=recipe.consistency.every,
+            # An SFT step takes a second, a GRPO step a minute or more: on a pipe, a line per step of SFT would
+            # bury the run's events (NPU_RL_PROGRESS_EVERY still decides where set).
+            every_s=SFT_PROGRESS_EVERY_S if recipe.sft is not None and EVERY_ENV not in os.environ else None,
         ) as console,
     ):
         code, error = _attempt(spec, recipe, address, ray_port, log, console)
@@ -130,7 +135,11 @@ def _attempt(
 ) -> tuple[int, str | None]:
     """One run of verl from the newest checkpoint: (exit code, the one-line reason when it failed)."""
     clock = StepClock(recipe.watchdog, heavy_every=(recipe.checkpoint.save_freq, recipe.checkpoint.test_freq))
-    if address:
+    if recipe.sft is not None:
+        # torchrun's ranks on this node, no Ray (npu_rl.launcher.sft); a cluster's RAY_ADDRESS is not theirs.
+        ranks_env = {} if recipe.resources.platform == "cpu" else _select_npus(recipe.resources.devices_per_node)[1]
+        code, error = _run(spec, ranks_env, log, clock, console)
+    elif address:
         # A multi-node cluster brought up by `npu-rl ray head`; the spec's runtime_env reaches its workers.
         with _cluster(address):
             if recipe.resources.nnodes > 1:
@@ -205,6 +214,8 @@ def _select_npus(needed: int) -> tuple[int, dict[str, str]]:
 
 def attestation_error(spec: LaunchSpec, training_started: bool) -> str | None:
     """Why the run's patches cannot be trusted, from what its workers reported (None: all active)."""
+    if spec.attest_file is None:
+        return None  # an SFT launch: its ranks are torchrun's children, with the launch's environment
     try:
         verdict = json.loads(spec.attest_file.read_text(encoding="utf-8"))
     except FileNotFoundError:

@@ -18,6 +18,7 @@ from typing import Any
 
 from ..errors import UserError
 from ..patches.old_log_prob import check_config as check_old_log_prob
+from .sft import CONFIG_NAME as SFT_CONFIG
 from .spec import hydra_args
 
 
@@ -130,9 +131,26 @@ def validate_with_verl(cfg) -> None:
         raise UserError(str(err)) from None
 
 
+def validate_sft_with_verl(cfg) -> None:
+    """The engine's and the optimizer's configs built as the SFT trainer builds them (verl v0.9.0
+    trainer/sft_trainer.py ``_build_config``), whose dataclasses check their own values."""
+    from verl.utils.config import omega_conf_to_dataclass  # lazy: verl's stack
+
+    for key in ("engine", "optim"):
+        try:
+            omega_conf_to_dataclass(cfg[key])
+        except Exception as err:  # noqa: BLE001 - hydra's instantiation and the dataclasses' own checks
+            msg = " ".join(str(err).split()) or type(err).__name__
+            raise UserError(f"verl cannot build the recipe's SFT {key} config: {msg}") from None
+
+
 def check_argv(argv) -> Any:
-    """Compose exactly the ``python -m verl.trainer.main_ppo`` argv of a launch, as hydra will, and validate it."""
+    """Compose exactly the ``python -m verl.trainer.main_ppo`` argv of a launch (or the SFT trainer's), as hydra
+    will, and validate it."""
     name, overrides = hydra_args(argv)
     cfg = compose_verl_config(overrides, name)
-    validate_with_verl(cfg)
+    if name == SFT_CONFIG:
+        validate_sft_with_verl(cfg)
+    else:
+        validate_with_verl(cfg)
     return cfg

@@ -17,6 +17,11 @@ registry's module is imported, and the launcher sets ``VERL_PLATFORM=cpu`` in th
   engine lookup fails for ``cpu`` (workers/engine/base.py:397-427): registered for ``cpu`` too;
 * ``aggressive_empty_cache`` runs a full ``gc.collect()`` at model init and twice per weight sync
   (engine_workers.py:685, :761, :797), with no device cache to free: the no-op of the 0.6.1 patch;
+* the engine's train and eval contexts move the model to the device on entry and back on exit
+  (workers/engine/base.py ``BaseEngineCtx._context_switch``); with the device the host, ``FSDPEngine.to``
+  moves nothing but runs a full ``gc.collect()`` each way (transformer_impl.py:826-834), twice a step: 80% of
+  the tiny SFT recipe's step time. The weights and the optimizer never leave host memory on CPU, so it moves
+  nothing and collects nothing;
 * vLLM 0.23's CPU backend packs each linear layer's weight for oneDNN and drops the plain one
   (vllm/model_executor/layers/utils.py ``dispatch_cpu_unquantized_gemm``, ``remove_weight=True``), so verl's
   weight sync into the rollout server finds nowhere to land ("Attempted to load weight (64, 64) into
@@ -49,6 +54,8 @@ FINGERPRINTS = {
     f"{PLATFORM_BASE}:PlatformBase": "509afde7ce222670",
     f"{FSDP_ENGINE}:FSDPEngine._build_module": "2167e48c755ac1ae",
     f"{FSDP_ENGINE}:FSDPEngine._build_fsdp_module": "980b7d8b72c18b36",
+    f"{FSDP_ENGINE}:FSDPEngine.to": "3a06781c21d0498f",
+    f"{ENGINE_BASE}:BaseEngineCtx._context_switch": "6889b4ff0b200fda",
     f"{ENGINE_BASE}:EngineRegistry.register": "c28412e85d8b9781",
     f"{ENGINE_BASE}:EngineRegistry.get_engine_cls": "802aeb70f04dd67e",
     "verl.utils.memory_utils:aggressive_empty_cache": "19959a2d37ae3efe",
@@ -235,6 +242,11 @@ def register(patch: Patch) -> None:
             return original_ctx(use_meta_tensor=False, mesh=mesh)
 
         mod.get_init_weight_context_manager = get_init_weight_context_manager
+
+        def to(self, device: str, model: bool = True, optimizer: bool = True, grad: bool = True) -> None:
+            return None  # host memory is the device's: nothing to move, and no gc.collect() each way
+
+        mod.FSDPEngine.to = functools.wraps(mod.FSDPEngine.to)(to)
         for engine, model_type in (
             (mod.FSDPEngineWithLMHead, "language_model"),
             (mod.FSDPEngineWithValueHead, "value_model"),

@@ -119,8 +119,9 @@ class DataSpec(Strict):
     # The raw data's shape: MATH-lighteval parquet (`npu-rl data math`) or DeepScaleR-Preview's
     # deepscaler.json (`npu-rl data deepscaler`, what cann-recipes-train's DeepSeek-R1 run trains on).
     # The agent recipes': DAPO-Math-17k with AIME 2025 to validate (ReTool; `npu-rl data dapo-math` and
-    # `npu-rl data aime`), and PrimeIntellect's verifiable coding problems (`npu-rl data code-problems`).
-    format: Literal["math-lighteval", "deepscaler", "dapo-math", "code-problems"] = Field(
+    # `npu-rl data aime`), and PrimeIntellect's verifiable coding problems (`npu-rl data code-problems`); their
+    # SFT stages': ReTool-SFT (`npu-rl data retool-sft`) and Open-AgentRL-SFT-3K (`npu-rl data agent-sft`).
+    format: Literal["math-lighteval", "deepscaler", "dapo-math", "code-problems", "retool-sft", "agent-sft"] = Field(
         "math-lighteval", description="Shape of the raw data `npu-rl prepare` converts; npu-rl only"
     )
     # Where the raw data is read from (offline is normal); the hub dataset is the fallback.
@@ -457,6 +458,70 @@ class RolloutSpec(Strict):
     multi_turn: MultiTurnSpec = Field(MultiTurnSpec(), description="Multi-turn rollouts with tool calls (verl 0.9)")
 
 
+class SFTSpec(Strict):
+    """Supervised fine-tuning through verl 0.9's SFT trainer (``verl.trainer.sft_trainer`` under torchrun,
+    ``MultiTurnSFTDataset``): a recipe with this section trains on chat transcripts, each row's ``messages``
+    and, where the policy calls tools, the ``tools`` it was offered. The loss covers the assistant's tokens
+    only. ``algorithm`` gives the batch (``train_batch_size``), ``lr``, ``total_epochs``,
+    ``total_training_steps`` and ``seed``; its RL settings do not apply."""
+
+    micro_batch_size_per_device: int = Field(
+        gt=0, description="Transcripts per forward/backward on one device -> verl 0.9.0 `data.micro_batch_size_per_gpu`"
+    )
+    max_length: int = Field(gt=0, description="Longest transcript, in tokens -> verl 0.9.0 `data.max_length`")
+    truncation: Literal["error", "left", "right"] = Field(
+        "error", description="A transcript over max_length: error, or cut -> verl 0.9.0 `data.truncation`"
+    )
+    messages_key: str = Field("messages", description="Column of the chat messages -> verl 0.9.0 `data.messages_key`")
+    tools_key: str = Field(
+        "tools", description="Column of the tools each row offers (OpenAI schemas) -> verl 0.9.0 `data.tools_key`"
+    )
+    enable_thinking: bool | None = Field(
+        None,
+        description="Chat template's enable_thinking for rows without their own; None: the template's default "
+        "-> verl 0.9.0 `data.enable_thinking_default`",
+    )
+    use_dynamic_bsz: bool = Field(
+        True,
+        description="Pack micro-batches by tokens (max_token_len_per_device) -> verl 0.9.0 `data.use_dynamic_bsz`",
+    )
+    max_token_len_per_device: int | None = Field(
+        None,
+        gt=0,
+        description="Tokens per packed micro-batch; None: verl's 8192 -> verl 0.9.0 `data.max_token_len_per_gpu`",
+    )
+    ulysses_sequence_parallel_size: int = Field(
+        1, gt=0, description="Devices sharing one sequence -> verl 0.9.0 `engine.ulysses_sequence_parallel_size`"
+    )
+    lr_scheduler: Literal["constant", "cosine"] = Field(
+        "cosine", description="Learning-rate schedule -> verl 0.9.0 `optim.lr_scheduler_type`"
+    )
+    warmup_ratio: float = Field(
+        0.1, ge=0, lt=1, description="Warm-up, as a share of the steps -> verl 0.9.0 `optim.lr_warmup_steps_ratio`"
+    )
+    betas: tuple[float, float] = Field((0.9, 0.95), description="AdamW's betas -> verl 0.9.0 `optim.betas`")
+    weight_decay: float = Field(0.01, ge=0, description="AdamW's weight decay -> verl 0.9.0 `optim.weight_decay`")
+    clip_grad: float = Field(1.0, gt=0, description="Gradient-norm clip -> verl 0.9.0 `optim.clip_grad`")
+
+
+# The RL settings of `algorithm` (the rest are the SFT trainer's too): an SFT recipe may not set them.
+RL_ONLY_ALGORITHM = {
+    "adv_estimator",
+    "rollout_n",
+    "ppo_mini_batch_size",
+    "ppo_micro_batch_size_per_device",
+    "ppo_epochs",
+    "use_kl_loss",
+    "kl_loss_coef",
+    "kl_loss_type",
+    "entropy_coeff",
+    "use_kl_in_reward",
+    "critic_warmup",
+    "lr_warmup_steps",
+    "balance_batch",
+}
+
+
 class ResourcesSpec(Strict):
     """The machines of the run."""
 
@@ -771,6 +836,9 @@ class Recipe(Strict):
     prepare: PrepareSpec = Field(PrepareSpec(), description="Jobs run once before training (`npu-rl prepare`)")
     sandbox: SandboxSpec = Field(SandboxSpec(), description="Where the policy's code runs (code rewards, tools)")
     tools: ToolsSpec = Field(ToolsSpec(), description="Tools of multi-turn rollouts (rollout.multi_turn)")
+    sft: SFTSpec | None = Field(
+        None, description="Supervised fine-tuning instead of GRPO (verl 0.9's SFT trainer); None: GRPO"
+    )
     env: dict[str, str] = Field(
         default_factory=dict,
         description="Environment exported to every process "
@@ -867,6 +935,8 @@ class Recipe(Strict):
     @model_validator(mode="after")
     def _batches_split_evenly(self) -> Recipe:
         a, world = self.algorithm, self.resources.world_size
+        if self.sft is not None:
+            return self  # _sft_runs_on_its_trainer
         if a.ppo_mini_batch_size > a.train_batch_size:
             raise ValueError(
                 f"algorithm.ppo_mini_batch_size ({a.ppo_mini_batch_size}) exceeds algorithm.train_batch_size "
@@ -972,6 +1042,75 @@ class Recipe(Strict):
             raise ValueError("rollout.data_parallel_size > 1 needs rollout.expert_parallel (vLLM DP is for MoE EP)")
         if (ro.graph_mode or ro.ascend_scheduler) and (ro.name != "vllm" or self.resources.platform == "cpu"):
             raise ValueError("rollout.graph_mode / rollout.ascend_scheduler are vllm-ascend settings (NPU, vllm)")
+        return self
+
+    @model_validator(mode="before")
+    @classmethod
+    def _sft_fills_the_rl_batch(cls, data: Any) -> Any:
+        # An SFT recipe's algorithm gives the batch and the optimizer; its RL settings would be ignored, so
+        # they are refused, and the RL batch fields (which every recipe carries) take the SFT batch's values.
+        if not isinstance(data, dict) or not isinstance(data.get("sft"), dict):
+            return data
+        algorithm = data.get("algorithm")
+        if not isinstance(algorithm, dict):
+            return data
+        rl = sorted(RL_ONLY_ALGORITHM & set(algorithm))
+        if rl:
+            raise ValueError(
+                f"algorithm.{rl[0]} is an RL setting and this is an SFT recipe (sft is set): remove it; the SFT "
+                "trainer reads algorithm.train_batch_size, lr, total_epochs, total_training_steps and seed"
+            )
+        micro = data["sft"].get("micro_batch_size_per_device")
+        filled = {"rollout_n": 1, "ppo_mini_batch_size": algorithm.get("train_batch_size")}
+        if micro is not None:
+            filled["ppo_micro_batch_size_per_device"] = micro
+        return {**data, "algorithm": {**algorithm, **filled}}
+
+    @model_validator(mode="after")
+    def _sft_runs_on_its_trainer(self) -> Recipe:
+        sft = self.sft
+        if sft is None:
+            return self
+        if versions.line_verl(self.stack_line) == "0.6.1":
+            raise ValueError(
+                f"sft on stack line {self.stack_line}: npu-rl runs SFT through verl 0.9's SFT trainer "
+                "(verl.trainer.sft_trainer); set stack: cann9.1-verl0.9"
+            )
+        if self.resources.nnodes != 1:
+            raise ValueError(
+                f"sft with resources.nnodes {self.resources.nnodes}: npu-rl runs SFT on one node under torchrun, "
+                "as upstream's SFT scripts do; set resources.nnodes: 1"
+            )
+        if self.actor.strategy == "megatron":
+            raise ValueError("sft trains with FSDP (verl's SFT engine fsdp/fsdp2): set actor.strategy fsdp or fsdp2")
+        rl = [
+            name
+            for name, on in (
+                ("rollout.multi_turn.enabled", self.rollout.multi_turn.enabled),
+                ("tools.code_interpreter.enabled", self.tools.code_interpreter.enabled),
+                ("sandbox.enabled", self.sandbox.enabled),
+                ("consistency.enabled", self.consistency.enabled),
+                ("reshard.enabled", self.reshard.enabled),
+            )
+            if on
+        ]
+        if rl:
+            raise ValueError(f"{rl[0]} is for GRPO rollouts and this is an SFT recipe (sft is set): remove it")
+        world, sp = self.resources.world_size, sft.ulysses_sequence_parallel_size
+        if world % sp:
+            raise ValueError(f"sft.ulysses_sequence_parallel_size {sp} does not divide the {world} devices")
+        dp = world // sp
+        if self.algorithm.train_batch_size % dp:
+            raise ValueError(
+                f"algorithm.train_batch_size ({self.algorithm.train_batch_size}) is not divisible by the {dp} "
+                f"data-parallel ranks ({world} devices / sft.ulysses_sequence_parallel_size {sp})"
+            )
+        per_rank = self.algorithm.train_batch_size // dp
+        if not sft.use_dynamic_bsz and per_rank % sft.micro_batch_size_per_device:
+            raise ValueError(
+                f"sft.micro_batch_size_per_device ({sft.micro_batch_size_per_device}) does not divide the per-rank "
+                f"batch (algorithm.train_batch_size / {dp} data-parallel ranks = {per_rank})"
+            )
         return self
 
     @model_validator(mode="after")

@@ -9,6 +9,7 @@ import re
 import pyarrow.parquet as pq
 
 from npu_rl.data import arithmetic
+from npu_rl.data.tools import CODE_TOOL_SCHEMA
 
 # verl v0.9.0 experimental/agent_loop/tool_parser.py:105, the hermes format's pattern.
 HERMES = re.compile(r"<tool_call>(.*?)</tool_call>", re.DOTALL)
@@ -40,7 +41,9 @@ def test_a_call_is_one_verls_parser_reads():
 
 def test_the_files_name_the_tool_agent_loop(tmp_path):
     counts = arithmetic.write(tmp_path)
-    assert counts == {"train": 512, "test": 64, "sft": 512}
+    assert counts == {"train": 512, "test": 64, "sft": 512, "sft_val": 64}
     row = pq.read_table(tmp_path / "train.parquet").to_pylist()[0]
     assert row["agent_name"] == "tool_agent" and row["reward_model"]["ground_truth"].isdigit()
-    assert pq.read_table(tmp_path / "sft.parquet").column_names == ["messages"]
+    sft = pq.read_table(tmp_path / "sft.parquet")
+    assert sft.column_names == ["messages", "tools"]  # the tools the SFT dataset renders into the system prompt
+    assert sft.to_pylist()[0]["tools"] == [CODE_TOOL_SCHEMA]

@@ -1,11 +1,14 @@
-"""The agent recipe trained on CPU as a user runs it: `npu-rl train --recipe tiny_agent_cpu` on the
-cann9.1-verl0.9 line's environment, verl 0.9's tool agent loop on vLLM's CPU backend, every tool call run by
-a real `npu-rl sandbox serve`, then the sandbox stopped mid-run and started again.
+"""The agent recipes trained on CPU as a user runs them, in upstream's two stages, on the cann9.1-verl0.9
+line's environment: `npu-rl train --recipe tiny_agent_sft_cpu` (verl 0.9's SFT trainer under torchrun),
+stopped and resumed, then merged; then `npu-rl train --recipe tiny_agent_cpu` from the merged model, verl
+0.9's tool agent loop on vLLM's CPU backend, every tool call run by a real `npu-rl sandbox serve`, with the
+sandbox stopped mid-run and started again.
 
-One run takes every path: tool calls reach the sandbox and their answers come back into the policy's next
-turn; the sandbox killed after the step-2 checkpoint stops the run in one line (``Exit.SANDBOX_DOWN``) once
-every call has failed for ``down_s``; the same command resumes from the checkpoint once the sandbox is back
-and finishes by itself."""
+One fixture takes every path: the SFT run stopped by SIGTERM after a checkpoint ends every process it
+started, and the same command resumes it on the batch and the weights the stopped run had reached; tool
+calls reach the sandbox and their answers come back into the policy's next turn; the sandbox killed after the
+step-2 checkpoint stops the run in one line (``Exit.SANDBOX_DOWN``) once every call has failed for
+``down_s``; the same command resumes from the checkpoint once the sandbox is back and finishes by itself."""
 
 from __future__ import annotations
 
@@ -18,6 +21,7 @@ import sys
 import time
 import urllib.request
 
+import psutil
 import pytest
 from needs import missing_setup
 
@@ -30,6 +34,11 @@ pytestmark = [pytest.mark.e2e, pytest.mark.timeout(1800)]
 LINE = "cann9.1-verl0.9"
 PYTHON = project_root() / f".venv-{LINE}" / "bin" / "python"
 RECIPE = "tiny_agent_cpu"
+SFT_RECIPE = "tiny_agent_sft_cpu"
+# The SFT run, shortened from the demo's 960 steps: the format and the calls come first (a tool call in about a
+# third of the first GRPO step's answers), which is what the GRPO run below needs; the stop follows a
+# checkpoint in the middle of an epoch (32 steps each).
+SFT_STEPS, SFT_STOP_AFTER = 160, 80
 STEPS = 6
 DOWN_S = 5
 UID_BASE = 61400  # the sandbox's slot users here (tests/sandbox/conftest.py keeps 61000-61399)
@@ -60,11 +69,22 @@ class Sandbox:
             self.proc.wait(timeout=30)
 
 
-def _metrics(workspace) -> list[dict]:
+def _metrics(workspace, recipe: str = RECIPE) -> list[dict]:
     rows = []
-    for path in sorted((workspace / "logs").rglob("metrics-from-step-*.jsonl")):
+    for path in sorted((workspace / "logs").rglob(f"{recipe}/metrics-from-step-*.jsonl")):
         rows += [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
     return rows
+
+
+def _processes_of(workspace) -> list[str]:
+    """Processes still running whose command line names the workspace (torchrun and its ranks name the run's
+    files there)."""
+    left = []
+    for p in psutil.process_iter(["pid", "cmdline"]):
+        cmd = " ".join(p.info["cmdline"] or [])
+        if str(workspace) in cmd and p.info["pid"] != os.getpid():
+            left.append(cmd[:200])
+    return left
 
 
 @pytest.fixture(scope="module")
@@ -77,10 +97,32 @@ def run(tmp_path_factory):
     env = {**os.environ, "NPU_RL_WORKSPACE": str(workspace)}
     port = free_port()
     assert _npu_rl("data", "arithmetic", "--out", str(workspace / "data/arithmetic"), env=env).returncode == 0
-    made = _npu_rl("model", "tiny", "--recipe", RECIPE, "--out", str(workspace / "models/tiny-qwen2-agent"),
+    made = _npu_rl("model", "tiny", "--recipe", SFT_RECIPE, "--out", str(workspace / "models/tiny-qwen2-agent-base"),
                    "--heads", "2", "--kv-heads", "2", env=env)  # fmt: skip
     assert made.returncode == 0, made.stderr[-2000:]
+    out: dict = {"workspace": workspace}
+
+    # The SFT stage: stopped as a pod is (SIGTERM) once a checkpoint is saved, then the same command again.
+    sft = [str(PYTHON), "-m", "npu_rl", "train", "--recipe", SFT_RECIPE, f"--set=checkpoint.save_freq={SFT_STOP_AFTER}",
+           f"--set=algorithm.total_training_steps={SFT_STEPS}"]  # fmt: skip
+    stopped = subprocess.Popen(sft, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    lines = []
+    for line in stopped.stdout:
+        lines.append(line)
+        if f"checkpoint global_step_{SFT_STOP_AFTER} saved" in line:
+            stopped.send_signal(signal.SIGTERM)
+    out["sft_stopped"] = (stopped.wait(timeout=120), "".join(lines), stopped.stderr.read())
+    out["sft_left"] = _processes_of(workspace)
+    out["sft_metrics_stopped"] = _metrics(workspace, SFT_RECIPE)
+    resumed = subprocess.run(sft, env=env, capture_output=True, text=True, timeout=900)
+    out["sft_resumed"] = (resumed.returncode, resumed.stdout, resumed.stderr)
+    out["sft_metrics"] = _metrics(workspace, SFT_RECIPE)
+    merged = _npu_rl("merge", "--recipe", SFT_RECIPE, env=env)
+    assert merged.returncode == 0, merged.stdout[-2000:] + merged.stderr[-2000:]
+    model = f"checkpoints/npu_rl_demo/{SFT_RECIPE}/global_step_{SFT_STEPS}/huggingface"
+
     sets = {
+        "model.path": model,  # the SFT run's last step, merged, where the recipe's own 960-step run would be
         "sandbox.port": port,
         "algorithm.total_training_steps": STEPS,
         "checkpoint.save_freq": 2,
@@ -88,7 +130,6 @@ def run(tmp_path_factory):
         "tools.code_interpreter.down_s": DOWN_S,
     }
     train = [str(PYTHON), "-m", "npu_rl", "train", "--recipe", RECIPE, *[f"--set={k}={v}" for k, v in sets.items()]]
-    out: dict = {"workspace": workspace}
 
     sandbox = Sandbox(port)
     first = subprocess.Popen(train, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
@@ -112,6 +153,32 @@ def run(tmp_path_factory):
     out["second"] = (second.returncode, second.stdout, second.stderr)
     out["metrics"] = _metrics(workspace)
     return out
+
+
+def test_the_sft_run_stopped_after_a_checkpoint_leaves_nothing_running(run):
+    code, out, err = run["sft_stopped"]
+    assert code == Exit.TERMINATED, (out[-2000:], err[-2000:])
+    assert "stopping verl (the last complete checkpoint is kept)" in err
+    assert "Traceback" not in out + err
+    assert run["sft_left"] == []  # torchrun and its ranks went with the launch
+
+
+def test_the_same_command_resumes_the_sft_run_where_it_stopped(run):
+    code, out, err = run["sft_resumed"]
+    assert code == 0, (out[-2000:], err[-2000:])
+    assert f"resuming {SFT_RECIPE} from global_step_{SFT_STOP_AFTER}" in out
+    assert f"finished at global_step_{SFT_STEPS}" in out
+    before = {r["step"]: r["data"] for r in run["sft_metrics_stopped"] if "train/loss" in r["data"]}
+    after = {r["step"]: r["data"] for r in run["sft_metrics"] if "train/loss" in r["data"]}
+    first = SFT_STOP_AFTER + 1
+    assert first in before, "the stopped run trained past its checkpoint (the stop followed the next step's line)"
+    # The resumed step is the one the stopped run took after its checkpoint: the dataloader's batch (its tokens)
+    # and the weights and optimizer it resumed (its loss), not a fresh start's (a loss near 6.4).
+    assert after[first]["train/global_tokens"] == before[first]["train/global_tokens"]
+    assert after[first]["train/loss"] == pytest.approx(before[first]["train/loss"], rel=1e-3)
+    assert set(range(first, SFT_STEPS + 1)) <= set(after)
+    # The format was learnt: most of the loss that is left is the teacher's coin toss and its near misses.
+    assert after[SFT_STEPS]["train/loss"] < 1.0 < before[1]["train/loss"]
 
 
 def test_tool_calls_reach_the_sandbox_and_come_back_into_the_next_turn(run):

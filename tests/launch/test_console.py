@@ -68,6 +68,25 @@ def test_verl_0_9s_step_and_checkpoint_lines_are_read():
     assert lines.checkpoint_folder(line.text) == "/c/global_step_8"
 
 
+def test_the_sft_trainers_lines_show_its_loss_and_the_checkpoint_it_saved():
+    # verl 0.9's SFT trainer: tqdm's bar and the step line share a line, its checkpoint is printed after the
+    # step's line (checkpoint_handler.py:92), and validation is a line of its own for the same step.
+    out = io.StringIO()
+    stream = [
+        "Epoch 1/8:   6%|▋         | 1/16 [00:04<01:10,  4.67s/it]step:2 - train/loss:6.44 - train/lr:0.002",
+        "Saving checkpoint to: /c/tiny_agent_sft_cpu/global_step_2",
+        "Epoch 1/8:  12%|█▎        | 2/16 [00:06<00:45,  3.27s/it]step:3 - train/loss:6.15 - train/lr:0.0019",
+        "step:3 - val/loss:6.01",
+    ]
+    with TrainConsole(mode="plain", total=3, start_step=0, out=out) as console:
+        steps = [console.feed(raw) for raw in stream]
+    assert steps == [2, None, 3, 3]
+    said = out.getvalue().splitlines()
+    assert "npu-rl: checkpoint global_step_2 saved: /c/tiny_agent_sft_cpu/global_step_2" in said
+    assert any(line.startswith("npu-rl: step 2/3") and "loss 6.440" in line for line in said)
+    assert "npu-rl: validation at step 3: held-out loss 6.0100" in said
+
+
 @pytest.mark.parametrize("every,shown", [(0, [3]), (2, [3, 4, 6]), (None, [])])
 def test_a_gate_line_only_on_the_steps_the_gate_checks(every, shown):
     # verl 0.9 logs the rollout/trainer gap every step; the gate checks the run's first step and every N
@@ -169,6 +188,9 @@ def test_every_noise_entry_hides_a_line_of_a_real_run_and_says_why(entry):
         "UserWarning: Disabled critic as algorithm.adv_estimator != gae. If it is not intended, ...",
         "UserWarning: 'set_vital' is deprecated, please do not call",
         "WARNING:2026-12-03 22:03:53,105:`generation_config` default values have been modified to match",
+        # The tiny SFT recipe's run on one rank (verl 0.9's SFT trainer).
+        "/x/torch/distributed/fsdp/fully_sharded_data_parallel.py:478: UserWarning: FSDP is switching to use "
+        "`NO_SHARD` instead of ShardingStrategy.FULL_SHARD since the world size is 1.",
         # The cpu-vllm image's run of the tiny recipe with rollout.name vllm (tests/containers/test_vllm_rollout.py).
         "WARNING 12-04 03:27:49 [env_override.py:17] NCCL_CUMEM_ENABLE is set to 0, skipping override. This may",
         "WARNING 12-04 03:28:06 [utils.py:2737] Methods determine_num_available_blocks,device_config,"

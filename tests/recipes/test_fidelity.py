@@ -24,7 +24,11 @@ RECIPES = [
     "qwen3_235b_a22b_grpo_a3",
     "qwen3_4b_retool_dapo_a3",
     "qwen3_1_7b_code_toolcall_a2",
+    # Their SFT stages, through verl 0.9's SFT trainer under torchrun.
+    "qwen3_4b_retool_sft_a3",
+    "qwen3_1_7b_code_toolcall_sft_a2",
 ]
+ENTRIES = ("verl.trainer.main_ppo", "verl.trainer.sft_trainer")
 
 
 def table(recipe: str) -> list[dict[str, str]]:
@@ -53,7 +57,8 @@ def dry_run(recipe: str, capsys) -> tuple[dict[str, str], dict[str, str]]:
             command.append(line)
     argv = shlex.split(" ".join(command).replace("\\ ", " "))
     hydra = {}
-    for arg in argv[argv.index("verl.trainer.main_ppo") + 1 :]:
+    entry = next(a for a in argv if a in ENTRIES)
+    for arg in argv[argv.index(entry) + 1 :]:
         if "=" in arg and not arg.startswith(RUNTIME_ENV_PREFIX):
             key, _, value = arg.partition("=")
             hydra[key.lstrip("+")] = value

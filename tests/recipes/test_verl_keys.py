@@ -25,6 +25,7 @@ from npu_rl.recipe.schema import Recipe
 KEYS = re.compile(r"\bverl(?: (?P<release>\d+\.\d+\.\d+))? (?P<keys>`[^`]+`(?:(?:, | and )`[^`]+`)*)")
 # Fields no shipped recipe sets, whose keys the launch sets only when they are set.
 UNSET_BY_RECIPES: dict[str, Any] = {"data.val_batch_size": 4}
+UNSET_BY_SFT_RECIPES: dict[str, Any] = {"sft.max_token_len_per_device": 8192}
 
 
 def _expand(key: str) -> list[str]:
@@ -64,12 +65,13 @@ def emitted_keys(line: str) -> set[str]:
     rollouts = versions.get("verl.rollouts", versions.load(stack=line))
     keys = set()
     for path in sorted(recipes_dir().glob("*.yaml")):
-        if load_recipe(path.stem).rollout.multi_turn.enabled and versions.line_verl(line) == "0.6.1":
-            continue  # verl 0.9's tool agent loop only: the schema refuses it on the seeds' line
+        own = load_recipe(path.stem)
+        if (own.rollout.multi_turn.enabled or own.sft is not None) and versions.line_verl(line) == "0.6.1":
+            continue  # verl 0.9's tool agent loop and SFT trainer only: the schema refuses them on the seeds' line
         sets: dict[str, Any] = {"stack": line}
         if load_recipe(path.stem).rollout.name not in rollouts:
             sets["rollout.name"] = "vllm"
-        for extra in ({}, UNSET_BY_RECIPES):
+        for extra in ({}, UNSET_BY_RECIPES if own.sft is None else UNSET_BY_SFT_RECIPES):
             _, overrides = hydra_args(build_launch(load_recipe(path.stem, {**sets, **extra})).argv)
             keys |= {o.partition("=")[0] for o in overrides}
     return keys
