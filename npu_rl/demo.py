@@ -219,7 +219,7 @@ def _summary(
 
 AGENT_RECIPE = "tiny_agent_cpu"
 AGENT_SFT_RECIPE = "tiny_agent_sft_cpu"
-AGENT_STEPS = 20
+AGENT_STEPS = 12
 
 
 def run_agent(workdir: Path, steps: int, fresh: bool) -> int:

@@ -135,8 +135,9 @@ class CodeInterpreterTool(BaseTool):
         try:
             answer = await asyncio.get_running_loop().run_in_executor(_CALLS, call)
         except client.Unavailable as e:
-            # A request the sandbox refused (a 4xx: a policy can write one on purpose) or kept turning away as
-            # busy says it is up.
+            # A request the sandbox refused (a 4xx: a policy can write one on purpose) says it is up; one it
+            # kept turning away as busy counts as failed, and the ping in release decides (a gateway may
+            # answer 503 for a sandbox that is gone).
             if e.refused:
                 self.outage.reached()
             else:

@@ -15,6 +15,9 @@ from dataclasses import dataclass
 _ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]")
 _RAY_SOURCE = re.compile(r"^\((?P<source>[^()\s]+)(?: pid=\d+)?(?:, ip=[\d.:a-f]+)?\)\s?")
 _REPEATED = re.compile(r"\s*\[repeated \d+x across cluster\].*$")
+# torch.distributed's excepthook prefixes what a torchrun rank prints of its exception (an SFT run's ranks):
+# "[rank0]: ValueError: ..." (torch 2.x distributed_c10d.py:1860-1877, set by ``init_process_group``).
+_RANK_SOURCE = re.compile(r"^\[(?P<source>rank\d+)\]:\s?")
 # tqdm's bar may share the line with no space between (the SFT trainer's "... 3.27s/it]step:2 - ...").
 _STEP = re.compile(r"(?:^|[\s\]])step:(\d+) - (.*)$")
 # verl's tqdm bar (ray_trainer.py fit: tqdm(total=self.total_training_steps, desc="Training Progress")).
@@ -45,7 +48,7 @@ def read(raw: str) -> Line:
     text = _ANSI.sub("", raw.rstrip("\r\n"))
     # tqdm redraws with carriage returns: only the last state of the line counts.
     text = text.rsplit("\r", 1)[-1]
-    m = _RAY_SOURCE.match(text)
+    m = _RAY_SOURCE.match(text) or _RANK_SOURCE.match(text)
     source = ""
     if m:
         source, text = m.group("source"), text[m.end() :]

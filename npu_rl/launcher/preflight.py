@@ -403,10 +403,8 @@ def check_launch(spec, recipe: Recipe, ports=(), host: bool = True) -> None:
         # The model and the data files are checked above, the data more closely than the table's row; the
         # rollout's graphs too (a recipe check, made with or without the host's).
         wait_for_sandbox(recipe)
-        preflight(
-            recipe,
-            for_job="train",
-            ports=ports,
-            checked=(check_model, check_data_present, check_rollout_graphs, check_sandbox_isolation, check_sandbox),
-        )
+        checked = [check_model, check_data_present, check_rollout_graphs, check_sandbox_isolation, check_sandbox]
+        if recipe.sft is not None:
+            checked.append(check_rollout_model)  # an SFT run has no rollout
+        preflight(recipe, for_job="train", ports=ports, checked=checked)
     check_argv(spec.argv)

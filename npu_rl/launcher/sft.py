@@ -23,9 +23,10 @@ TORCHRUN = "torch.distributed.run"
 
 
 def patches_for(recipe: Recipe) -> list[str]:
-    """The patches an SFT run needs: the platform's and the metrics file. None of the GRPO patches has a hook
-    in the SFT trainer (no rollout, reward or Ray worker group)."""
-    names = []
+    """The patches an SFT run needs: its resume at an epoch's end (npu_rl.patches.sft_resume), the platform's
+    and the metrics file. None of the GRPO patches has a hook in the SFT trainer (no rollout, reward or Ray
+    worker group)."""
+    names = ["sft_resume"]
     if recipe.resources.platform == "cpu":
         names.append("cpu")
     if "file" in recipe.logging.backends:

@@ -15,4 +15,5 @@ PATCHES = {
     "reward_parts": "npu_rl.patches.reward_parts",
     "attest": "npu_rl.patches.attest",
     "rehearse": "npu_rl.patches.rehearse",
+    "sft_resume": "npu_rl.patches.sft_resume",
 }

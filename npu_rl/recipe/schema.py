@@ -1054,16 +1054,18 @@ class Recipe(Strict):
         algorithm = data.get("algorithm")
         if not isinstance(algorithm, dict):
             return data
-        rl = sorted(RL_ONLY_ALGORITHM & set(algorithm))
+        micro = data["sft"].get("micro_batch_size_per_device")
+        filled = {"rollout_n": 1, "ppo_mini_batch_size": algorithm.get("train_batch_size")}
+        if micro is not None:
+            filled["ppo_micro_batch_size_per_device"] = micro
+        # The filled values themselves pass: a dumped recipe (the rendered pods' copy, `npu-rl recipe show`)
+        # carries them.
+        rl = sorted(k for k in RL_ONLY_ALGORITHM & set(algorithm) if k not in filled or algorithm[k] != filled[k])
         if rl:
             raise ValueError(
                 f"algorithm.{rl[0]} is an RL setting and this is an SFT recipe (sft is set): remove it; the SFT "
                 "trainer reads algorithm.train_batch_size, lr, total_epochs, total_training_steps and seed"
             )
-        micro = data["sft"].get("micro_batch_size_per_device")
-        filled = {"rollout_n": 1, "ppo_mini_batch_size": algorithm.get("train_batch_size")}
-        if micro is not None:
-            filled["ppo_micro_batch_size_per_device"] = micro
         return {**data, "algorithm": {**algorithm, **filled}}
 
     @model_validator(mode="after")
@@ -1096,7 +1098,14 @@ class Recipe(Strict):
         ]
         if rl:
             raise ValueError(f"{rl[0]} is for GRPO rollouts and this is an SFT recipe (sft is set): remove it")
+        for key in ("save_freq", "test_freq"):
+            if getattr(self.checkpoint, key) == 0:
+                # The SFT trainer takes the step modulo both (trainer/sft_trainer.py fit): 0 divides by zero.
+                raise ValueError(f"checkpoint.{key} 0 in an SFT recipe: verl's SFT trainer needs -1 (never) or a step")
         world, sp = self.resources.world_size, sft.ulysses_sequence_parallel_size
+        if sp > 1 and not self.model.use_remove_padding:
+            # The FSDP engine refuses it when it starts (workers/engine/fsdp/transformer_impl.py:129-133).
+            raise ValueError("sft.ulysses_sequence_parallel_size above 1 needs model.use_remove_padding: true")
         if world % sp:
             raise ValueError(f"sft.ulysses_sequence_parallel_size {sp} does not divide the {world} devices")
         dp = world // sp

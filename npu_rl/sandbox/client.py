@@ -57,9 +57,9 @@ def wait_answered(
 
 
 class Unavailable(Exception):
-    """The sandbox did not run the code. ``refused``: it answered and turned the request down (a 4xx, the
-    request's fault, or busy for the whole wait: the sandbox is up); otherwise nothing answered or it failed
-    itself (SandboxFusion's ``SandboxError``). Not the code's own failure, which is an answer."""
+    """The sandbox did not run the code. ``refused``: it answered and turned the request down (a 4xx: the
+    request's fault, the sandbox is up); otherwise nothing answered, it stayed busy, or it failed itself
+    (SandboxFusion's ``SandboxError``). Not the code's own failure, which is an answer."""
 
     def __init__(self, message: str, refused: bool = False):
         super().__init__(message)
@@ -99,9 +99,8 @@ def run_code(
         except _Busy as busy:
             wait = min(busy.retry_after, BUSY_WAIT_MAX_S) * random.uniform(0.5, 1.5)  # noqa: S311 (spread, not secret)
             if time.monotonic() + wait > deadline:
-                raise Unavailable(
-                    f"{run_code_url} stayed busy for {busy_wait_s:g}s ({tries} tries): {busy}", refused=True
-                ) from None
+                # Not "refused": a gateway may answer 503 for a sandbox that is gone. The outage's ping decides.
+                raise Unavailable(f"{run_code_url} stayed busy for {busy_wait_s:g}s ({tries} tries): {busy}") from None
             time.sleep(wait)
 
 

@@ -68,6 +68,15 @@ def test_verl_0_9s_step_and_checkpoint_lines_are_read():
     assert lines.checkpoint_folder(line.text) == "/c/global_step_8"
 
 
+def test_a_torchrun_ranks_exception_is_the_runs_error_line():
+    console = TrainConsole(mode="raw", total=None, start_step=0, out=io.StringIO())
+    for raw in ["[rank0]: Traceback (most recent call last):", "[rank0]:   File x.py, line 3",
+                "[rank0]: ValueError: sequence length 20000 exceeds max_length 16384"]:  # fmt: skip
+        console.feed(raw)
+    assert console.error_line() == "ValueError: sequence length 20000 exceeds max_length 16384"
+    assert lines.read("[rank3]: x").source == "rank3"
+
+
 def test_the_sft_trainers_lines_show_its_loss_and_the_checkpoint_it_saved():
     # verl 0.9's SFT trainer: tqdm's bar and the step line share a line, its checkpoint is printed after the
     # step's line (checkpoint_handler.py:92), and validation is a line of its own for the same step.

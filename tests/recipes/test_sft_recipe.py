@@ -31,7 +31,8 @@ def test_the_launch_is_verls_sft_trainer_under_torchrun(name, tmp_path, monkeypa
     assert keys["trainer.default_local_dir"] == str(run_files.checkpoint_root(recipe))
     assert not any(o.startswith("+ray_kwargs") for o in overrides)  # no Ray: torchrun's ranks inherit the env
     assert spec.attest_file is None
-    assert spec.patches == (("cpu", "file_logger") if recipe.resources.platform == "cpu" else ())
+    want = ("sft_resume", "cpu", "file_logger") if recipe.resources.platform == "cpu" else ("sft_resume",)
+    assert spec.patches == want
 
 
 def test_a_resumed_launch_names_the_newest_complete_checkpoint(tmp_path, monkeypatch):
@@ -62,7 +63,9 @@ def test_a_resumed_launch_names_the_newest_complete_checkpoint(tmp_path, monkeyp
         ({"resources.nnodes": 2}, "npu-rl runs SFT on one node under torchrun"),
         ({"actor.strategy": "megatron", "resources.platform": "npu-a3"}, "sft trains with FSDP"),
         ({"sandbox.enabled": True}, "sandbox.enabled is for GRPO rollouts and this is an SFT recipe"),
-        ({"sft.ulysses_sequence_parallel_size": 3}, "does not divide the 2 devices"),
+        ({"sft.ulysses_sequence_parallel_size": 3, "model.use_remove_padding": True}, "does not divide the 2 devices"),
+        ({"sft.ulysses_sequence_parallel_size": 2}, "needs model.use_remove_padding: true"),
+        ({"checkpoint.save_freq": 0}, "checkpoint.save_freq 0 in an SFT recipe"),
         ({"resources.devices_per_node": 3}, "not divisible by the 3 data-parallel ranks"),
         ({"sft.use_dynamic_bsz": False, "sft.micro_batch_size_per_device": 5}, "does not divide the per-rank batch"),
     ],
@@ -82,12 +85,22 @@ def test_steps_past_the_epochs_are_refused_before_the_trainer_would_stop_unsaved
     model = tmp_path / "models" / "tiny-qwen2-agent-base"
     assert main(["model", "tiny", "--recipe", "tiny_agent_sft_cpu", "--out", str(model)]) == 0
     capsys.readouterr()
-    # 512 transcripts, 32 a step: 16 steps an epoch, 10 epochs.
-    assert main(["train", "--recipe", "tiny_agent_sft_cpu", "--set", "algorithm.total_training_steps=170"]) == 2
+    # 512 transcripts, 16 a step: 32 steps an epoch, 30 epochs.
+    assert main(["train", "--recipe", "tiny_agent_sft_cpu", "--set", "algorithm.total_training_steps=970"]) == 2
     err = capsys.readouterr().err
     assert err.strip() == (
-        "npu-rl: error: algorithm.total_training_steps 170 is past the 160 steps of algorithm.total_epochs 10 "
-        "(16 per epoch over 512 rows): verl's SFT trainer would stop there without saving its last step; set "
-        "algorithm.total_epochs to 11 or more"
+        "npu-rl: error: algorithm.total_training_steps 970 is past the 960 steps of algorithm.total_epochs 30 "
+        "(32 per epoch over 512 rows): verl's SFT trainer would stop there without saving its last step; set "
+        "algorithm.total_epochs to 31 or more"
     )
     assert not (tmp_path / "logs").exists()  # nothing started
+
+
+@pytest.mark.parametrize("name", SFT_RECIPES)
+def test_a_dumped_sft_recipe_loads_again(name):
+    # The rendered pods' copy of a recipe and `npu-rl recipe show` are its dump: the RL batch fields the SFT
+    # section fills are in it.
+    from npu_rl.recipe.schema import Recipe
+
+    recipe = load_recipe(name)
+    assert Recipe.model_validate(recipe.model_dump(exclude_unset=True)) == recipe
