@@ -26,12 +26,12 @@ import asyncio
 import concurrent.futures
 import functools
 import os
-import re
 from typing import Any
 
 from verl.tools.base_tool import BaseTool
 from verl.tools.schemas import OpenAIFunctionToolSchema, ToolResponse
 
+from ..data.tools import last_fenced_block
 from ..reward.agent import TOOL_NOT_RUN as NOT_RUN
 from ..reward.agent import TOOL_RAN as RAN
 from ..sandbox import client
@@ -62,9 +62,6 @@ def schema() -> OpenAIFunctionToolSchema:
     return OpenAIFunctionToolSchema.model_validate(CODE_TOOL_SCHEMA)
 
 
-FENCE = re.compile(r"```[ \t]*[A-Za-z0-9_+-]*[ \t]*\n(.*?)```", re.DOTALL)
-
-
 def code_of(parameters: Any) -> str | None:
     """The call's code: hermes hands ``arguments`` over as an object, or re-dumped as a string where the
     policy wrote one (tool_parser.py:120-122). Code in fences runs as the last fenced block, whatever its
@@ -77,8 +74,7 @@ def code_of(parameters: Any) -> str | None:
         return None
     if not isinstance(code, str) or not code.strip():
         return None
-    blocks = FENCE.findall(code)
-    return blocks[-1] if blocks else code
+    return last_fenced_block(code)
 
 
 def answer_text(answer: dict, max_chars: int) -> str:

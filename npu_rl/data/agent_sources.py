@@ -152,12 +152,12 @@ def _convert(rows: list[dict], to_row) -> tuple[list[dict], int]:
 
 def prepare_dapo_math(out: Path, source: Path) -> dict[str, int]:
     rows, skipped = _convert(read_rows(source, ("prompt", "reward_model")), dapo_math_row)
-    return _write(out, {"train": rows}, skipped, "a prompt and a ground truth")
+    return write_converted(out, {"train": rows}, skipped, "a prompt and a ground truth")
 
 
 def prepare_aime(out: Path, source: Path) -> dict[str, int]:
     rows, skipped = _convert(read_rows(source, ()), aime_row)
-    return _write(out, {"test": rows}, skipped, "a problem and an answer")
+    return write_converted(out, {"test": rows}, skipped, "a problem and an answer")
 
 
 def prepare_code_problems(out: Path, source: Path) -> dict[str, int]:
@@ -167,10 +167,12 @@ def prepare_code_problems(out: Path, source: Path) -> dict[str, int]:
     random.Random(SPLIT_SEED).shuffle(rows)
     held = max(1, int(len(rows) * VALIDATION_SHARE)) if len(rows) > 1 else 0
     splits = {"train": rows[held:], "validation": rows[:held]}
-    return _write(out, splits, skipped, f"a python gold solution and {MIN_TESTS}+ tests")
+    return write_converted(out, splits, skipped, f"a python gold solution and {MIN_TESTS}+ tests")
 
 
-def _write(out: Path, splits: dict[str, list[dict]], skipped: int, needs: str) -> dict[str, int]:
+def write_converted(out: Path, splits: dict[str, list[dict]], skipped: int, needs: str) -> dict[str, int]:
+    """Every split of a conversion written once each has a usable row (the SFT sets' too), the skipped
+    rows counted."""
     for split, rows in splits.items():  # every split checked before any is written
         if not rows:
             raise UserError(f"{split}: no usable row (each needs {needs}); nothing written")

@@ -23,15 +23,12 @@ import json
 import re
 from pathlib import Path
 
-from ..errors import UserError
-from .agent_sources import read_rows
-from .math import write_splits
-from .tools import CODE_TOOL_NAME, CODE_TOOL_SCHEMA
+from .agent_sources import read_rows, write_converted
+from .tools import CODE_TOOL_NAME, CODE_TOOL_SCHEMA, last_fenced_block
 
 QUESTION_MARK = "*user question:*"
 _CODE = re.compile(r"<code>(.*?)</code>", re.DOTALL)
 _INTERPRETER = re.compile(r"\s*<interpreter>(.*?)</interpreter>", re.DOTALL)
-_FENCE = re.compile(r"```[ \t]*[A-Za-z0-9_+-]*[ \t]*\n(.*?)```", re.DOTALL)
 _ANSWER_TAGS = re.compile(r"</?answer>")
 
 
@@ -40,8 +37,7 @@ def _call(code: str) -> dict:
 
 
 def _code_of(block: str) -> str:
-    fenced = _FENCE.findall(block)
-    return (fenced[-1] if fenced else block).strip("\n")
+    return last_fenced_block(block).strip("\n")
 
 
 def retool_messages(row: dict) -> list[dict] | None:
@@ -128,11 +124,7 @@ def _prepare(out: Path, source: Path, to_messages, needs: str) -> dict[str, int]
             skipped += 1
             continue
         rows.append({"messages": messages, "tools": _tools(row)})
-    if not rows:
-        raise UserError(f"{source}: no usable row (each needs {needs}); nothing written")
-    if skipped:
-        print(f"{skipped} row(s) without {needs} skipped", flush=True)
-    return write_splits(out, {"train": rows})
+    return write_converted(out, {"train": rows}, skipped, needs)
 
 
 def prepare_retool_sft(out: Path, source: Path) -> dict[str, int]:

@@ -4,6 +4,7 @@ rollout's prompt (npu_rl.agent.tool_config writes it into verl's tool file) and 
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 CODE_TOOL_NAME = "code_interpreter"  # upstream's name (cann-recipes-train agent_rl, both recipes)
@@ -20,3 +21,12 @@ CODE_TOOL_SCHEMA: dict[str, Any] = {
         },
     },
 }
+
+# A code fence with any language tag (```python, ```py, ```Python3) or none.
+FENCE = re.compile(r"```[ \t]*[A-Za-z0-9_+-]*[ \t]*\n(.*?)```", re.DOTALL)
+
+
+def last_fenced_block(text: str) -> str:
+    """The last fenced block of ``text``, or ``text`` itself where it has none: what a code call runs."""
+    blocks = FENCE.findall(text)
+    return blocks[-1] if blocks else text

@@ -50,11 +50,7 @@ def build_overrides(recipe: Recipe, resume_from: Path | None = None, restart: bo
     """verl hydra overrides of ``recipe``; ``resume_from`` names the checkpoint to resume (instead of
     verl's latest-marker choice), ``restart`` starts afresh although checkpoint directories exist."""
     release = verl_release(recipe)
-    resume_mode = "disable" if restart else "resume_path" if resume_from else recipe.checkpoint.resume
-    kv = _fields(recipe, resume_mode)
-    if resume_from is not None and not restart:
-        kv.append(("trainer.resume_from_path", str(resume_from)))
-    kv += _fields_when_set(recipe)
+    kv = _fields(recipe) + trainer_fields(recipe, resume_from, restart) + _fields_when_set(recipe)
     if recipe.actor.strategy != "megatron":
         kv += _fsdp_fields(recipe)
     if recipe.resources.platform == "cpu":
@@ -72,9 +68,34 @@ def build_overrides(recipe: Recipe, resume_from: Path | None = None, restart: bo
     return out
 
 
-def _fields(recipe: Recipe, resume_mode: str) -> list[tuple[str, Any]]:
-    """The keys every launch sets: the recipe's fields and where the run's files are."""
-    a, m, d, act, ro, res = recipe.algorithm, recipe.model, recipe.data, recipe.actor, recipe.rollout, recipe.resources
+def trainer_fields(recipe: Recipe, resume_from: Path | None, restart: bool) -> list[tuple[str, Any]]:
+    """The ``trainer.`` keys both of verl's trainers read alike (main_ppo's and the SFT trainer's): epochs, the
+    run's names and loggers, its layout, its saving and validation, its resume and where its checkpoints go.
+    ``resume_from`` names the checkpoint to resume (instead of verl's latest-marker choice), ``restart`` starts
+    afresh although checkpoint directories exist."""
+    ckpt, log, res = recipe.checkpoint, recipe.logging, recipe.resources
+    resume_mode = "disable" if restart else "resume_path" if resume_from else ckpt.resume
+    kv: list[tuple[str, Any]] = [
+        ("trainer.total_epochs", recipe.algorithm.total_epochs),
+        ("trainer.logger", list(log.backends)),
+        ("trainer.project_name", log.project),
+        ("trainer.experiment_name", log.experiment),
+        ("trainer.nnodes", res.nnodes),
+        ("trainer.n_gpus_per_node", res.devices_per_node),
+        ("trainer.device", res.device),
+        ("trainer.save_freq", ckpt.save_freq),
+        ("trainer.test_freq", ckpt.test_freq),
+        ("trainer.resume_mode", resume_mode),
+        ("trainer.default_local_dir", str(run_files.checkpoint_root(recipe))),
+    ]
+    if resume_from is not None and not restart:
+        kv.append(("trainer.resume_from_path", str(resume_from)))
+    return kv
+
+
+def _fields(recipe: Recipe) -> list[tuple[str, Any]]:
+    """The keys every GRPO launch sets beside trainer_fields: the recipe's fields and where its data is."""
+    a, m, d, act, ro = recipe.algorithm, recipe.model, recipe.data, recipe.actor, recipe.rollout
     ckpt, log = recipe.checkpoint, recipe.logging
     ws = run_files.resolve
     return [
@@ -118,19 +139,8 @@ def _fields(recipe: Recipe, resume_mode: str) -> list[tuple[str, Any]]:
             act.ref_log_prob_micro_batch_size_per_device or act.log_prob_micro_batch_size_per_device,
         ),
         ("trainer.critic_warmup", a.critic_warmup),
-        ("trainer.total_epochs", a.total_epochs),
-        ("trainer.logger", list(log.backends)),
-        ("trainer.project_name", log.project),
-        ("trainer.experiment_name", log.experiment),
         ("trainer.log_val_generations", log.val_generations_to_log),
-        ("trainer.nnodes", res.nnodes),
-        ("trainer.n_gpus_per_node", res.devices_per_node),
-        ("trainer.device", res.device),
-        ("trainer.save_freq", ckpt.save_freq),
-        ("trainer.test_freq", ckpt.test_freq),
-        ("trainer.resume_mode", resume_mode),
         ("trainer.val_before_train", ckpt.val_before_train),
-        ("trainer.default_local_dir", str(run_files.checkpoint_root(recipe))),
         ("trainer.max_actor_ckpt_to_keep", ckpt.max_to_keep),
         ("custom_reward_function.path", reward_function_path(recipe)),
         ("custom_reward_function.name", recipe.reward.name),
@@ -383,4 +393,4 @@ def run_env(recipe: Recipe, start_step: int | None) -> dict[str, str]:
     return env
 
 
-__all__ = ["build_overrides", "patches_for", "run_env"]
+__all__ = ["build_overrides", "patches_for", "run_env", "trainer_fields"]

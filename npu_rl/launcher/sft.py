@@ -16,6 +16,7 @@ from typing import Any
 from .. import run_files
 from ..recipe.schema import Recipe
 from .hydra import hydra_value
+from .overrides import trainer_fields
 
 ENTRY_MODULE = "verl.trainer.sft_trainer"
 CONFIG_NAME = "sft_trainer_engine"  # the entry's @hydra.main default (sft_trainer.py:460)
@@ -44,10 +45,8 @@ def sft_overrides(recipe: Recipe, resume_from: Path | None = None, restart: bool
     to resume, ``restart`` starts afresh although checkpoint directories exist."""
     sft = recipe.sft
     assert sft is not None, "an SFT recipe"
-    a, m, d, res = recipe.algorithm, recipe.model, recipe.data, recipe.resources
-    ckpt, log = recipe.checkpoint, recipe.logging
+    a, m, d = recipe.algorithm, recipe.model, recipe.data
     ws = run_files.resolve
-    resume_mode = "disable" if restart else "resume_path" if resume_from else recipe.checkpoint.resume
     kv: list[tuple[str, Any]] = [
         ("data.train_files", [str(ws(f)) for f in d.train_files]),
         # null, not []: the trainer builds a validation set from any list it is given (sft_trainer.py:160-166).
@@ -74,24 +73,12 @@ def sft_overrides(recipe: Recipe, resume_from: Path | None = None, restart: bool
         ("optim.betas", list(sft.betas)),
         ("optim.weight_decay", sft.weight_decay),
         ("optim.clip_grad", sft.clip_grad),
-        ("trainer.total_epochs", a.total_epochs),
+        *trainer_fields(recipe, resume_from, restart),
         ("trainer.seed", a.seed),
-        ("trainer.logger", list(log.backends)),
-        ("trainer.project_name", log.project),
-        ("trainer.experiment_name", log.experiment),
-        ("trainer.nnodes", res.nnodes),
-        ("trainer.n_gpus_per_node", res.devices_per_node),
-        ("trainer.device", res.device),
-        ("trainer.save_freq", ckpt.save_freq),
-        ("trainer.test_freq", ckpt.test_freq),
-        ("trainer.resume_mode", resume_mode),
-        ("trainer.default_local_dir", str(run_files.checkpoint_root(recipe))),
         # npu-rl removes old checkpoints once a run ends (run_files.rotate_checkpoints): verl's own rotation
         # deletes before it saves, so a stop during a save would leave none complete.
         ("trainer.max_ckpt_to_keep", None),
     ]
-    if resume_from is not None and not restart:
-        kv.append(("trainer.resume_from_path", str(resume_from)))
     if a.total_training_steps is not None:
         kv.append(("trainer.total_training_steps", a.total_training_steps))
     if sft.max_token_len_per_device is not None:
@@ -106,7 +93,7 @@ def sft_overrides(recipe: Recipe, resume_from: Path | None = None, restart: bool
     out = [f"{k}={hydra_value(v)}" for k, v in kv]
     if m.attn_implementation:
         out.append(f"+model.override_config.attn_implementation={m.attn_implementation}")
-    if res.platform == "cpu":
+    if recipe.resources.platform == "cpu":
         # torch.compile costs minutes on 2 CPU cores and gains nothing there (as the GRPO launch's).
         out.append("engine.use_torch_compile=False")
     out += [f"{k}={hydra_value(v)}" for k, v in recipe.verl_overrides.items()]
