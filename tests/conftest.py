@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import hashlib
+import os
 import shutil
+import sys
 import time
 from collections.abc import Sequence
 from importlib import metadata
@@ -88,18 +90,34 @@ def complete_checkpoint():
 
 # What `npu-rl model tiny` reads besides its arguments: a change to any of these makes a new model.
 _TINY_INPUTS = (
-    "npu_rl/model/tiny.py",
-    "npu_rl/model/warmstart.py",
-    "npu_rl/model/tokenizer_override.py",
+    "npu_rl/model",
     "npu_rl/data/sample.py",
+    "npu_rl/data/math.py",
+    "npu_rl/data/arithmetic.py",
+    "npu_rl/data/tools.py",
     "npu_rl/commands/model.py",
     # The line's ISA pins, under which the warm start runs (npu_rl.platform.cpu_isa).
     "npu_rl/platform/cpu_isa.py",
     "configs/stacks",
     "configs/tokenizer",
     "configs/recipes",
+    "configs/data",
 )
 _TINY_DISTS = ("torch", "transformers", "tokenizers", "safetensors")
+
+
+def _tiny_model_cache(request) -> Path:
+    """This machine's cache of the warm-started models (``NPU_RL_TEST_MODEL_CACHE``, else
+    ``$XDG_CACHE_HOME/npu-rl/tiny-models``), as uv's cache is its wheels': keyed by every input, so a fresh
+    clone reuses what an earlier one made (the demo's 1600 steps cost about 160 s of CI) and a change to any
+    input makes a new one. ``NPU_RL_TEST_MODEL_CACHE=pytest``: the checkout's own pytest cache."""
+    where = os.environ.get("NPU_RL_TEST_MODEL_CACHE") or str(
+        Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "npu-rl" / "tiny-models"
+    )
+    if where == "pytest":
+        return request.config.cache.mkdir("npu_rl_tiny_models")
+    Path(where).mkdir(parents=True, exist_ok=True)
+    return Path(where)
 
 
 @pytest.fixture(scope="session")
@@ -109,17 +127,17 @@ def tiny_model(request):
     it).
 
     Made by that command itself, once per set of inputs (the arguments, the files it reads, the versions
-    of what it runs on) and kept in pytest's cache across runs and xdist workers."""
+    of what it runs on), and kept across runs, xdist workers and clones (:func:`_tiny_model_cache`)."""
     from filelock import FileLock
 
     from npu_rl.cli import main
 
-    cache = request.config.cache.mkdir("npu_rl_tiny_models")
-    inputs = hashlib.sha256(repr([metadata.version(d) for d in _TINY_DISTS]).encode())
+    cache = _tiny_model_cache(request)
+    inputs = hashlib.sha256(repr([sys.version, *(metadata.version(d) for d in _TINY_DISTS)]).encode())
     for rel in _TINY_INPUTS:
         root = REPO / rel
         for f in sorted([root] if root.is_file() else root.rglob("*")):
-            if f.is_file():
+            if f.is_file() and "__pycache__" not in f.parts:
                 inputs.update(f.relative_to(REPO).as_posix().encode() + f.read_bytes())
 
     def make(out: Path, steps: int = 1000, recipe: str = "tiny_math_cpu", args: Sequence[str] = ()) -> Path:
@@ -197,7 +215,10 @@ def notebook_run(tmp_path_factory):
     nbclient = pytest.importorskip("nbclient")
     nb = nbformat.read(NOTEBOOK, as_version=4)
     work = tmp_path_factory.mktemp("notebook")
-    values = {"RECIPE": "tiny_math_cpu", "STEPS": NOTEBOOK_STEPS, "EVAL_LIMIT": 8, "WORKSPACE": str(work / "ws")}
+    # 50 warm-start steps, not the user's 1000: the tests read the run's files and charts, not its learning
+    # (the demo's claim is tests/e2e/test_demo_learns.py's), and 950 steps cost about 95 s of CI.
+    values = {"RECIPE": "tiny_math_cpu", "STEPS": NOTEBOOK_STEPS, "WARM_START_STEPS": 50, "EVAL_LIMIT": 8}
+    values["WORKSPACE"] = str(work / "ws")
     # Replace the cell tagged `parameters` (papermill's convention) with the values above.
     (cell,) = [c for c in nb.cells if "parameters" in c.metadata.get("tags", [])]
     for name in values:

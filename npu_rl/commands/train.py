@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import sys
 
+from ..errors import UserError
 from . import options
 
 
@@ -35,11 +36,23 @@ def register(sub: argparse._SubParsersAction) -> None:
         help="show verl's and Ray's whole output instead of the progress line (also: NPU_RL_VERBOSE=1); "
         "it is always kept in the run's console.log",
     )
+    p.add_argument(
+        "--merge",
+        nargs="?",
+        type=int,
+        const=True,  # --merge alone: the newest checkpoint (argparse would pass a string const through int())
+        default=None,
+        metavar="STEP",
+        help="once training finishes, merge the newest checkpoint (or global_step_STEP) as `npu-rl merge` does: "
+        "an SFT stage's pod leaves the model its RL recipe's model.path reads",
+    )
     options.add_ray_port(p, "GCS port of the local Ray head (default: a free one)")
     p.set_defaults(func=run)
 
 
 def run(args: argparse.Namespace) -> int:
+    if args.merge is not None and (args.dry_run or args.rehearse):
+        raise UserError("--merge merges what a training run saved: --dry-run and --rehearse train nothing")
     recipe = options.load(args)
     if args.dry_run:
         from ..launcher.preflight import check_graphs  # lazy: the job
@@ -76,4 +89,8 @@ def run(args: argparse.Namespace) -> int:
             f"npu-rl: training stopped (exit code {result.exit_code}); checkpoints up to step "
             f"{result.end_step} are kept, re-run to resume (console log: {result.log_file})"
         )
+    if result.exit_code == 0 and args.merge is not None:
+        from ..launcher.merge import merge  # lazy: the job
+
+        print(f"merged model: {merge(recipe, None if args.merge is True else args.merge)}")
     return result.exit_code

@@ -20,14 +20,16 @@ from pathlib import Path
 
 from ..cluster import proctree
 from ..errors import UserError
+from ..patches.rehearse import rank_file
 from ..recipe.schema import Recipe
 from .preflight import check_launch
 from .ray_local import LocalRayHead
 from .releases import logical_cpus
-from .spec import build_launch
+from .sft import ENTRY_MODULE as ENTRY_SFT
+from .spec import LaunchSpec, build_launch
 
 # Lines that name why a Python process died (the last one wins).
-_ERROR_LINE = re.compile(r"^\s*(?:\(\w+ pid=\d+\)\s*)?([A-Za-z_.]*(?:Error|Exception)\w*: .+)$")
+_ERROR_LINE = re.compile(r"^\s*(?:\(\w+ pid=\d+\)\s*|\[rank\d+\]:\s*)?([A-Za-z_.]*(?:Error|Exception)\w*: .+)$")
 
 
 @dataclass
@@ -60,35 +62,51 @@ def _without(environ, run_env) -> dict[str, str]:
 
 
 def run_rehearsal(recipe: Recipe, timeout: float = 300.0) -> Rehearsal:
-    if recipe.sft is not None:
-        # The rehearse patch stops verl's PPO trainer where devices would be allocated; the SFT trainer has no
-        # such stop yet. Its config is composed and built by verl (`npu-rl train --dry-run` does not; the
-        # launch's preflight does), and the tiny SFT recipe runs it whole on CPU.
-        raise UserError(
-            f"rehearsal of {recipe.name}: an SFT recipe has no rehearsal yet; its launch is checked by verl's "
-            "own SFT config when `npu-rl train` starts, and tiny_agent_sft_cpu runs the same trainer on CPU"
-        )
     spec = build_launch(recipe, rehearse=True)
     check_launch(spec, recipe, host=False)
-    assert spec.rehearsal_report is not None
+    report_file = spec.rehearsal_report
+    assert report_file is not None
     spec.log_dir.mkdir(parents=True, exist_ok=True)
-    spec.rehearsal_report.unlink(missing_ok=True)
+    report_file.unlink(missing_ok=True)
+    for old in report_file.parent.glob(rank_file(report_file, "*").name):
+        old.unlink()
     log_file = spec.log_dir / "rehearsal.log"
-    print(
-        f"npu-rl: rehearsing {recipe.name}: {spec.argv[2]} --config-name {spec.config_name} "
-        f"({len(spec.argv) - 5} overrides) on a local Ray without devices; log: {log_file}",
-        flush=True,
-    )
-    # A Ray of its own on 127.0.0.1 (never a live cluster, never a routed interface), as `npu-rl train` uses.
-    # Its raylet gets none of the run's variables, as a pod's `npu-rl ray head|worker` has none: the
-    # patches and the recipe's variables must reach every worker through the argv's runtime_env.
-    with (
-        LocalRayHead(
+    if recipe.sft is not None:
+        # torchrun's ranks, as the launch starts them; no Ray (npu_rl.launcher.sft).
+        where = f"torchrun's {recipe.resources.devices_per_node} ranks on this host"
+        print(f"npu-rl: rehearsing {recipe.name}: {ENTRY_SFT} under {where} without devices; log: {log_file}")
+        _run(recipe, spec, {**os.environ, **spec.env}, log_file, timeout)
+    else:
+        print(
+            f"npu-rl: rehearsing {recipe.name}: {spec.argv[2]} --config-name {spec.config_name} "
+            f"({len(spec.argv) - 5} overrides) on a local Ray without devices; log: {log_file}",
+            flush=True,
+        )
+        # A Ray of its own on 127.0.0.1 (never a live cluster, never a routed interface), as `npu-rl train` uses.
+        # Its raylet gets none of the run's variables, as a pod's `npu-rl ray head|worker` has none: the
+        # patches and the recipe's variables must reach every worker through the argv's runtime_env.
+        with LocalRayHead(
             port=None, num_cpus=logical_cpus(recipe), npus=0, env=_without(os.environ, spec.env), inherit=False
-        ) as head,
-        open(log_file, "w", encoding="utf-8") as log,
-    ):
-        env = {**os.environ, **spec.env, "RAY_ADDRESS": head.address}
+        ) as head:
+            _run(recipe, spec, {**os.environ, **spec.env, "RAY_ADDRESS": head.address}, log_file, timeout)
+    try:
+        report = json.loads(report_file.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        why = _last_error(log_file.read_text(encoding="utf-8", errors="replace")) or "no error line"
+        raise UserError(
+            f"rehearsal of {recipe.name} stopped in verl before the trainer was built: {why} (log: {log_file})",
+            exit_code=1,
+        ) from None
+    if report.get("complete") and recipe.sft is not None:
+        _other_ranks(recipe, spec, report)
+        report_file.write_text(json.dumps(report, indent=1, default=str), encoding="utf-8")
+    if not report.get("complete"):
+        raise UserError(f"rehearsal of {recipe.name}: {report.get('error')} (log: {log_file})", exit_code=1)
+    return Rehearsal(recipe.name, report["stopped_at"], report["checked"], report, log_file)
+
+
+def _run(recipe: Recipe, spec: LaunchSpec, env: dict[str, str], log_file: Path, timeout: float) -> None:
+    with open(log_file, "w", encoding="utf-8") as log:
         log.write(f"$ {shlex.join(spec.argv)}\n")
         log.flush()
         proc = subprocess.Popen(list(spec.argv), env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
@@ -100,17 +118,24 @@ def run_rehearsal(recipe: Recipe, timeout: float = 300.0) -> Rehearsal:
             ) from None
         finally:
             proctree.stop(proc, grace=10.0)
-    try:
-        report = json.loads(spec.rehearsal_report.read_text(encoding="utf-8"))
-    except FileNotFoundError:
-        why = _last_error(log_file.read_text(encoding="utf-8", errors="replace")) or "no error line"
-        raise UserError(
-            f"rehearsal of {recipe.name} stopped in verl before the trainer was built: {why} (log: {log_file})",
-            exit_code=1,
-        ) from None
-    if not report.get("complete"):
-        raise UserError(f"rehearsal of {recipe.name}: {report.get('error')} (log: {log_file})", exit_code=1)
-    return Rehearsal(recipe.name, report["stopped_at"], report["checked"], report, log_file)
+
+
+def _other_ranks(recipe: Recipe, spec: LaunchSpec, report: dict) -> None:
+    """Each torchrun rank past the first started with the world and the patches rank 0 had."""
+    assert spec.rehearsal_report is not None
+    world = recipe.resources.devices_per_node
+    want = sorted(spec.patches)
+    bad = []
+    for rank in range(1, world):
+        path = rank_file(spec.rehearsal_report, str(rank))
+        seen = json.loads(path.read_text(encoding="utf-8")) if path.is_file() else None
+        if seen is None or seen["world_size"] != world or seen["patches"] != want:
+            bad.append(f"rank {rank}: {seen or 'never started'}")
+    if bad:
+        report["complete"] = False
+        report["error"] = f"torchrun's ranks did not all start with the run's world and patches: {'; '.join(bad)}"
+    elif world > 1:
+        report["checked"].append(f"ranks 1-{world - 1} started by torchrun with the world of {world} and the patches")
 
 
 __all__ = ["Rehearsal", "run_rehearsal"]

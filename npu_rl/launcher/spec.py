@@ -111,7 +111,7 @@ def cluster_nodes(recipe: Recipe) -> list[dict[str, float]]:
 def build_launch(recipe: Recipe, *, python: str | None = None, rehearse: bool = False) -> LaunchSpec:
     """The one launch of ``recipe``; ``rehearse`` stops verl where devices would be allocated."""
     if recipe.sft is not None:
-        return _sft_launch(recipe, python)
+        return _sft_launch(recipe, python, rehearse)
     start_step, resume_from, restart, notes = _resume_point(recipe)
     log_dir = run_files.log_root(recipe)
     attest_file = log_dir / "workers.json"
@@ -156,11 +156,16 @@ def build_launch(recipe: Recipe, *, python: str | None = None, rehearse: bool = 
     )
 
 
-def _sft_launch(recipe: Recipe, python: str | None) -> LaunchSpec:
+def _sft_launch(recipe: Recipe, python: str | None, rehearse: bool) -> LaunchSpec:
     """An SFT recipe's launch (npu_rl.launcher.sft): torchrun's ranks, no Ray, the same resume and files."""
     start_step, resume_from, restart, notes = _resume_point(recipe)
     patches = sft.patches_for(recipe)
     env = run_env(recipe, start_step)
+    report = None
+    if rehearse:
+        report = run_files.log_root(recipe) / "rehearsal.json"
+        patches.append("rehearse")  # last: the ranks past the first leave once the others are installed
+        env[REPORT_ENV] = str(report)
     env.update(env_for(patches))
     argv = (
         python or sys.executable,
@@ -180,6 +185,7 @@ def _sft_launch(recipe: Recipe, python: str | None) -> LaunchSpec:
         start_step=start_step,
         log_dir=run_files.log_root(recipe),
         attest_file=None,
+        rehearsal_report=report,
         notes=tuple(notes),
     )
 

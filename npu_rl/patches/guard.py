@@ -176,9 +176,12 @@ class Patch:
     other module they name when that module is imported, and the verl version when verl is.
     """
 
-    def __init__(self, name: str, supports: dict[str, dict[str, str]]):
+    def __init__(self, name: str, supports: dict[str, dict[str, str]], on_install: Callable[[], None] | None = None):
         self.name = name
         self.supports = supports
+        # Run once the hooks are in place, before the process imports verl (the rehearsal's torchrun ranks
+        # past the first leave there).
+        self.on_install = on_install
         self.hooks: dict[str, list[Callable[[Any], None]]] = {}
         self._covered: set[str] = set()
 
@@ -283,6 +286,8 @@ class Patch:
         for module_name in self.fingerprinted_modules():
             if module_name not in self._covered:
                 when_imported(module_name, functools.partial(self._check_imported, module_name))
+        if self.on_install is not None:
+            self.on_install()
 
     def _check_imported(self, module_name: str, module: Any) -> None:
         self.check(module_name, _module_path(module))

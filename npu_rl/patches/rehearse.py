@@ -20,6 +20,15 @@ verl 0.9 asks its platform for the Ray resource a worker reserves (base.py:139-1
 ``trainer.device`` from it (utils/device.py:150-165), so an Ascend recipe rehearsed where torch_npu cannot be
 imported runs on a stand-in of verl's own Ascend platform (:func:`stand_in_npu_platform`): verl's class, with
 no device behind it (``is_available`` false; its device module an error, never reached before the stop).
+
+An SFT recipe's launch is torchrun's (npu_rl.launcher.sft), with no Ray: its device boundary is
+``initialize_global_process_group`` (verl v0.9.0 utils/distributed.py:62-74: HCCL's process group, then
+``set_device(local_rank)``), the first thing ``run_sft`` does. torchrun starts every rank of the launch; the ranks
+past the first record that they started with the run's patches and leave before importing verl (each would build
+what the first builds). The first records the world torchrun gave it and goes on with a one-rank gloo group in
+place of HCCL's, through ``SFTTrainer.__init__``'s config dataclasses (model, tokenizer, engine, optimizer) and
+datasets, to ``_build_engine``, where the FSDP engine would build its device mesh over the world and load the
+model onto the devices. There it checks the batch layout the data loader would use over that world.
 """
 
 from __future__ import annotations
@@ -28,6 +37,7 @@ import functools
 import importlib
 import json
 import os
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -40,6 +50,10 @@ NODES_ENV = "NPU_RL_REHEARSE_NODES"
 STOPPED_AT = (
     "ResourcePoolManager.create_resource_pool, the first step of RayPPOTrainer.init_workers: "
     "no placement group reserved, no worker started"
+)
+STOPPED_AT_SFT = (
+    "TrainingWorker, the FSDP engine SFTTrainer._build_engine builds after the config, the tokenizer and the "
+    "datasets: no process group on the devices, no device mesh, no model on a device"
 )
 STOPPED_AT_0_9 = (
     "ResourcePoolManager.create_resource_pool, in PPOTrainer._setup after the tokenizer and the datasets: "
@@ -56,6 +70,12 @@ FINGERPRINTS = {
 }
 
 NPU_PLATFORM = "verl.plugin.platform.platform_npu"
+SFT_TRAINER = "verl.trainer.sft_trainer"
+DISTRIBUTED = "verl.utils.distributed"
+DEVICE = "verl.utils.device"
+PERFORMANCE = "verl.utils.profiler.performance"
+SFT_DATASET = "verl.utils.dataset.multiturn_sft_dataset"
+ENGINE_WORKERS = "verl.workers.engine_workers"
 # verl 0.9.0's: the trainer's construction and _setup's order up to the stop, the pool creation and the bundle
 # scheme, TaskRunnerV1.run's order, and the Ascend platform the stand-in subclasses.
 FINGERPRINTS_0_9_0 = {
@@ -66,9 +86,47 @@ FINGERPRINTS_0_9_0 = {
     "verl.trainer.main_ppo:TaskRunnerV1.run": "ffed4efa9d5444f4",
     f"{NPU_PLATFORM}:PlatformNPU": "73e9d485583529ee",
     f"{NPU_PLATFORM}:_ensure_torch_npu": "cf9fff58648590d5",
+    # The SFT trainer's: main handing its config to auto_set_device, the process group run_sft starts with,
+    # __init__'s order (memory log, datasets, then the engine's TrainingWorker), and the data loader's batch
+    # layout (global batch // data-parallel size, drop_last) the stop checks against the world.
+    f"{DEVICE}:auto_set_device": "b6f0b6cd6c45a8eb",
+    f"{DISTRIBUTED}:initialize_global_process_group": "7bf3dbdce7fdee4b",
+    f"{PERFORMANCE}:_get_current_mem_info": "5cea16f29d0484f5",
+    f"{ENGINE_WORKERS}:TrainingWorker.__init__": "e2873b04326e0586",
+    f"{SFT_TRAINER}:main": "e2edb503d0d25671",
+    f"{SFT_TRAINER}:run_sft": "1249f628320bdb05",
+    f"{SFT_TRAINER}:SFTTrainer.__init__": "5566559d48c2ff76",
+    f"{SFT_TRAINER}:SFTTrainer._build_dataset": "987a28bf7b3ee0e5",
+    f"{SFT_TRAINER}:SFTTrainer._build_engine": "b61155d6dfccd7bc",
+    f"{SFT_TRAINER}:SFTTrainer._build_dataloader": "624b2b4ac88197af",
 }
 
-PATCH = Patch(PATCH_NAME, {VERL_0_6_1: FINGERPRINTS, VERL_0_9_0: FINGERPRINTS_0_9_0})
+
+def rank_file(report: Path, rank: str) -> Path:
+    """Where a torchrun rank past the first records that it started (beside the report)."""
+    return report.with_name(f"{report.stem}-rank{rank}.json")
+
+
+def _other_ranks_leave() -> None:
+    """A torchrun rank past the first, in an SFT rehearsal: record the world and the patches it started with,
+    then leave before it imports verl."""
+    rank, report = os.environ.get("RANK", "0"), os.environ.get(REPORT_ENV)
+    if os.environ.get("TORCHELASTIC_RUN_ID") is None or rank == "0" or not report:
+        return
+    seen = {
+        "rank": int(rank),
+        "local_rank": int(os.environ.get("LOCAL_RANK", "-1")),
+        "world_size": int(os.environ.get("WORLD_SIZE", "0")),
+        # This patch is installing now, after every other one selected.
+        "patches": sorted({*installed(), PATCH_NAME}),
+    }
+    rank_file(Path(report), rank).write_text(json.dumps(seen), encoding="utf-8")
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(0)
+
+
+PATCH = Patch(PATCH_NAME, {VERL_0_6_1: FINGERPRINTS, VERL_0_9_0: FINGERPRINTS_0_9_0}, on_install=_other_ranks_leave)
 
 NO_DEVICE = (
     "npu-rl rehearse: verl asked the stand-in Ascend platform for torch.npu before the device boundary "
@@ -155,21 +213,134 @@ def _stop_at_pools(trainer_cls: Any, manager_cls: Any) -> None:
     manager_cls.create_resource_pool = create_resource_pool
 
 
-def _write(report: dict) -> None:
+def _write(report: dict, where: str = "verl's TaskRunner (a Ray actor)") -> None:
     have, want = installed(), selected()
     report["patches_in_trainer_process"] = have
     missing = sorted(set(want) - set(have))
     if missing:
         report["complete"] = False
-        report["error"] = f"patch(es) {', '.join(missing)} not active in verl's TaskRunner process"
+        report["error"] = f"patch(es) {', '.join(missing)} not active in {where}"
     else:
-        report["checked"].append(f"patches active in verl's TaskRunner (a Ray actor): {', '.join(have)}")
+        report["checked"].append(f"patches active in {where}: {', '.join(have)}")
     target = os.environ.get(REPORT_ENV)
     if target:
         Path(target).parent.mkdir(parents=True, exist_ok=True)
         Path(target).write_text(json.dumps(report, indent=1, default=str), encoding="utf-8")
     for line in report["checked"]:
         print(f"npu-rl rehearse: {line}", flush=True)
+
+
+# verl's SFT entry runs as __main__ (`-m verl.trainer.sft_trainer`), out of reach of import hooks: the stop and
+# what it checks sit in the modules it imports, and the config comes from the first function main hands it to.
+@PATCH.wrap(DEVICE, "auto_set_device", releases=(VERL_0_9_0,))
+def _keep_the_config(original):
+    def auto_set_device(config):
+        original(config)
+        _seen["config"] = config
+
+    return auto_set_device
+
+
+@PATCH.wrap(DISTRIBUTED, "initialize_global_process_group", also=(SFT_TRAINER,), releases=(VERL_0_9_0,))
+def _one_rank_for_the_devices(original):
+    def initialize_global_process_group(timeout_second=36000):
+        import torch.distributed as dist  # lazy: torch
+
+        world = {k: int(os.environ[k]) for k in ("RANK", "LOCAL_RANK", "WORLD_SIZE")}
+        _seen["world"] = world
+        # SFTTrainer asks the group for its rank before the stop; nothing collective runs before it.
+        dist.init_process_group("gloo", store=dist.HashStore(), rank=0, world_size=1)
+        return world["LOCAL_RANK"], world["RANK"], world["WORLD_SIZE"]
+
+    return initialize_global_process_group
+
+
+@PATCH.wrap(PERFORMANCE, "_get_current_mem_info", releases=(VERL_0_9_0,))
+def _no_device_memory(original):
+    """SFTTrainer.__init__ opens by logging the device's memory (sft_trainer.py:57, after set_device)."""
+
+    def _get_current_mem_info(unit: str = "GB", precision: int = 2):
+        return ("n/a (rehearsal)",) * 4
+
+    return _get_current_mem_info
+
+
+@PATCH.wrap(SFT_DATASET, "MultiTurnSFTDataset.__init__", releases=(VERL_0_9_0,))
+def _keep_the_datasets(original):
+    def __init__(self, *args, **kwargs):
+        original(self, *args, **kwargs)
+        _seen.setdefault("datasets", []).append(self)  # SFTTrainer._build_dataset: train, then validation
+
+    return __init__
+
+
+@PATCH.wrap(ENGINE_WORKERS, "TrainingWorker.__init__", also=(SFT_TRAINER,), releases=(VERL_0_9_0,))
+def _stop_at_the_engine(original):
+    def __init__(self, config):
+        if "world" not in _seen:  # not the SFT trainer's (a GRPO rehearsal stops before any worker)
+            return original(self, config)
+        checked, error = _sft_checks(config)
+        _write(
+            {"complete": error is None, "stopped_at": STOPPED_AT_SFT, "checked": checked, "error": error},
+            where="torchrun's rank 0",
+        )
+        raise RehearsalComplete(error or STOPPED_AT_SFT)
+
+    return __init__
+
+
+def sft_layout(rows: int, world: int, sp: int, batch: int, micro: int, dynamic: bool) -> tuple[str | None, dict]:
+    """The batch layout verl's SFT data loader makes of ``world`` ranks (trainer/sft_trainer.py
+    ``_build_dataloader``: each data-parallel group takes ``batch // dp`` rows of its ``rows // dp``, dropping
+    the rest), and the first thing about it that cannot train (None: it can)."""
+    dp = world // sp if sp > 0 else 0
+    layout = {"world": world, "sp": sp, "dp": dp}
+    if sp <= 0 or world % sp:
+        return f"the world of {world} ranks is no multiple of ulysses_sequence_parallel_size {sp}", layout
+    per_dp = batch // dp
+    layout["per_dp"] = per_dp
+    if batch % dp:
+        return f"train_batch_size {batch} does not divide over {dp} data-parallel groups", layout
+    if not dynamic and per_dp % micro:
+        return f"{per_dp} rows per data-parallel group are no multiple of the micro-batch {micro}", layout
+    layout["steps_per_epoch"] = (rows // dp) // per_dp
+    if layout["steps_per_epoch"] == 0:
+        return f"{rows} training rows make no batch of {batch} over {dp} data-parallel groups", layout
+    return None, layout
+
+
+def _sft_checks(worker_config: Any) -> tuple[list[str], str | None]:
+    cfg, world = _seen["config"], _seen["world"]
+    model, engine = worker_config.model_config, worker_config.engine_config
+    datasets = _seen.get("datasets", [])
+    if not datasets:
+        return [], "verl built no MultiTurnSFTDataset before the engine (a custom dataset class?)"
+    train = datasets[0]
+    error, layout = sft_layout(
+        len(train),
+        world["WORLD_SIZE"],
+        int(engine.ulysses_sequence_parallel_size),
+        int(cfg.data.train_batch_size),
+        int(cfg.data.micro_batch_size_per_gpu),
+        bool(cfg.data.use_dynamic_bsz),
+    )
+    built = (model, engine, worker_config.optimizer_config, worker_config.checkpoint_config)
+    checked = [
+        f"hydra config composed by verl (engine {engine.strategy}, device {cfg.trainer.device})",
+        _platform(),
+        f"torchrun's world: {world['WORLD_SIZE']} ranks; this is rank {world['RANK']} (local {world['LOCAL_RANK']})",
+        f"config dataclasses built: {', '.join(type(c).__name__ for c in built)}",
+        f"tokenizer {type(model.tokenizer).__name__} and model config {type(model.hf_config).__name__} "
+        f"({getattr(model.hf_config, 'num_hidden_layers', '?')} layers) read from {cfg.model.path}",
+        f"datasets: {len(train)} train rows" + (f", {len(datasets[1])} validation rows" if len(datasets) > 1 else ""),
+    ]
+    if error is None:
+        total = cfg.trainer.total_training_steps or layout["steps_per_epoch"] * int(cfg.trainer.total_epochs)
+        checked.append(
+            f"batch layout: {layout['dp']} data-parallel group(s) of {layout['sp']} rank(s) (sequence parallel), "
+            f"{layout['per_dp']} rows each a step; {layout['steps_per_epoch']} steps an epoch, {total} in all"
+        )
+    return checked, error
 
 
 def _device_name(trainer: Any) -> str:

@@ -12,6 +12,10 @@ code, ``TaskCompleted`` on the head completes the job, and a failed or evicted p
 the NPUs; with ``ray.io/overwrite-container-cmd`` the pods run ``npu-rl ray head|worker``, which export the
 HCCL/Gloo interface variables, then run the operator's generated ``ray start``; the RayJob entrypoint waits for
 all NPUs and trains, and Volcano gang-schedules the cluster (``ray.io/scheduler-name: volcano``).
+
+An SFT recipe (``sft:``) trains under torchrun on one node, without Ray: its Volcano Job is one ``trainer`` pod
+running ``npu-rl train --prepare --merge STEP``, which leaves the merged model its RL recipe starts from; a
+RayJob's cluster would sit unused, so KubeRay is refused.
 """
 
 from __future__ import annotations
@@ -25,10 +29,11 @@ from pathlib import Path, PurePosixPath
 import yaml
 from jinja2 import Environment
 
-from .. import defaults, exit_codes, versions
+from .. import defaults, exit_codes, run_files, versions
 from ..cluster.raynode import logical_cpus, registered_resources
 from ..errors import UserError
 from ..image.spec import spec as image_spec
+from ..paths import recipes_dir
 from ..platform.devices import HOST_MOUNTS
 from ..recipe import load_recipe, parse_recipe
 from ..recipe.schema import Recipe
@@ -165,6 +170,24 @@ def _accelerator(recipe: Recipe) -> Accelerator:
     return acc
 
 
+@dataclass(frozen=True)
+class NextStage:
+    recipe: str  # the RL recipe whose model.path is the SFT recipe's merged checkpoint
+    step: int  # that checkpoint's global step
+
+
+def next_stage(sft: Recipe) -> NextStage | None:
+    """The project's recipe that starts from ``sft``'s merged checkpoint (None: none in configs/recipes does).
+    Its step need not be the SFT run's last: the code agent's RL stage starts from step 50 of 20 epochs."""
+    for path in sorted(recipes_dir().glob("*.yaml")):
+        rl = load_recipe(path)
+        model = run_files.model_dir(rl)
+        step = re.fullmatch(r"global_step_(\d+)", model.parent.name)
+        if step and model == run_files.merged_model_dir(sft, int(step.group(1))):
+            return NextStage(rl.name, int(step.group(1)))
+    return None
+
+
 def _recipe_yaml(recipe: Recipe) -> str:
     # The fields the recipe sets, as written: defaults come from the npu-rl in the image.
     return yaml.safe_dump(recipe.model_dump(mode="json", exclude_unset=True), sort_keys=False, allow_unicode=True)
@@ -200,7 +223,13 @@ def context(recipe: Recipe, target: str, opts: K8sOptions) -> dict:
     cpus: list[str] = []
     if res.platform == "cpu" and release != versions.VERL_0_6_1:
         cpus = ["--cpus", str(logical_cpus(res.devices_per_node, release))]
-    if target == "volcano":
+    sft = recipe.sft is not None
+    stage = next_stage(recipe) if sft else None
+    if sft:
+        # No Ray: the pod trains under torchrun, then merges the step the RL recipe reads (newest if none does).
+        head_args = [*train, "--merge", *([str(stage.step)] if stage else [])]
+        worker_args: list[str] = []
+    elif target == "volcano":
         head_args = [
             "npu-rl",
             "ray",
@@ -245,6 +274,9 @@ def context(recipe: Recipe, target: str, opts: K8sOptions) -> dict:
         "workspace": str(WORKSPACE),
         "host_mounts": [{"name": f"host-{i}", "path": p} for i, p in enumerate(acc.host_mounts)],
         "env": {**recipe.env},
+        "sft": sft,
+        "next_stage": stage,
+        "head_task": "trainer" if sft else "head",
         "head_args": head_args,
         "worker_args": worker_args,
         "entrypoint": " ".join(wait) + " && " + " ".join(train),
@@ -261,7 +293,7 @@ def context(recipe: Recipe, target: str, opts: K8sOptions) -> dict:
                 "dir": str(RAY_TOKEN_DIR),
                 "path": str(RAY_TOKEN_DIR / RAY_TOKEN_KEY),
             }
-            if target == "volcano"
+            if target == "volcano" and not sft
             else None
         ),
         "sandbox": sandbox,
@@ -321,6 +353,12 @@ def _environment() -> Environment:
 def render_text(recipe: Recipe, target: str, nodes: int | None = None, options: K8sOptions | None = None) -> str:
     if target not in TARGETS:
         raise UserError(f"unknown Kubernetes target {target!r} (expected one of {', '.join(TARGETS)})")
+    if target == "kuberay" and recipe.sft is not None:
+        raise UserError(
+            f"recipe {recipe.name} is an SFT recipe: verl's SFT trainer runs under torchrun without Ray, so a "
+            "RayJob's Ray cluster would hold the NPUs unused; render it with --target volcano (this project's "
+            "KubeRay clusters are scheduled by Volcano too)"
+        )
     recipe = _with_nodes(recipe, nodes)
     return _environment().get_template(f"{target}.yaml.j2").render(**context(recipe, target, options or K8sOptions()))
 
@@ -356,6 +394,9 @@ COMMITTED: list[tuple[str, str, int | None]] = [
     ("qwen3_4b_retool_dapo_a3", "kuberay", None),
     ("qwen3_1_7b_code_toolcall_a2", "volcano", None),
     ("qwen3_1_7b_code_toolcall_a2", "kuberay", None),
+    # Their SFT stages: one trainer pod, no Ray (KubeRay refuses them).
+    ("qwen3_4b_retool_sft_a3", "volcano", None),
+    ("qwen3_1_7b_code_toolcall_sft_a2", "volcano", None),
 ]
 
 

@@ -35,15 +35,26 @@ from npu_rl.recipe import load_recipe
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(900)]
 
 LINE = "cann9.1-verl0.9"
-# The GRPO recipes: an SFT recipe has no rehearsal (npu_rl.launcher.rehearsal), its trainer runs on CPU whole
-# (tests/e2e/test_agent_run.py).
 RECIPES = sorted(p.stem for p in recipes_dir().glob("*.yaml") if load_recipe(p.stem).sft is None)
+# The SFT stages, rehearsed through torchrun and verl's SFT trainer; the tiny one trains whole through the same
+# launch (tests/e2e/test_agent_run.py).
+SFT_RECIPES = sorted(
+    p.stem for p in recipes_dir().glob("*.yaml") if load_recipe(p.stem).sft is not None and "tiny" not in p.stem
+)
 # The sample's 256 rows twice: the 235B recipe's batch of 512 prompts (its preflight checks the file holds one).
 STANDINS = {"model.path": "models/tiny-qwen2", "data.train_files": "[data/sample/train-512.parquet]"}
 STANDINS["data.val_files"] = "[data/sample/test.parquet]"
+# The SFT stages' data: the agent demo's multi-turn transcripts, with the code tool in each row.
+SFT_STANDINS = {
+    "model.path": STANDINS["model.path"],
+    "data.train_files": "[data/arithmetic/sft.parquet]",
+    "data.val_files": "[data/arithmetic/sft_val.parquet]",
+}
 
 
 def _sets(name: str) -> dict[str, str]:
+    if name in SFT_RECIPES:
+        return {"stack": LINE, **SFT_STANDINS}
     return {"stack": LINE, **STANDINS, **({"rollout.name": "vllm"} if name == "tiny_math_cpu" else {})}
 
 
@@ -67,6 +78,7 @@ def workspace(tmp_path_factory, tiny_model):
     try:
         tiny_model(ws / "models/tiny-qwen2", steps=1)
         assert main(["data", "math", "--from", "sample", "--out", str(ws / "data/sample")]) == 0
+        assert main(["data", "arithmetic", "--out", str(ws / "data/arithmetic")]) == 0
     finally:
         os.environ.pop("NPU_RL_WORKSPACE")
     train = pq.read_table(ws / "data/sample/train.parquet")
@@ -137,3 +149,34 @@ def test_recipe_rehearses_through_verl_0_9_to_the_device_boundary(name, workspac
     assert sorted(report["plan"]["placed"]) == list(range(res.nnodes))
     actor = "McoreActorConfig" if recipe.actor.strategy == "megatron" else "FSDPActorConfig"
     assert f"worker config {actor} built" in checked
+
+
+@pytest.mark.parametrize("name", SFT_RECIPES)
+def test_sft_recipe_rehearses_through_torchrun_to_the_device_boundary(name, workspace):
+    """The SFT launch's own torchrun argv: every rank starts with the run's patches (those past the first leave
+    before importing verl), rank 0 builds verl's SFT trainer up to the FSDP engine on one gloo rank in place of
+    HCCL's group, and the batch layout over the recipe's world is the one verl's data loader would make."""
+    ws, exe = workspace
+    out = _rehearse(ws, exe, name)
+    assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
+    assert f"rehearsal of {name} passed" in out.stdout and "Traceback" not in out.stderr
+
+    recipe, spec = _launch(name, ws)
+    assert recipe.sft is not None
+    report = json.loads(spec.rehearsal_report.read_text())
+    assert report["complete"] and report["stopped_at"].startswith("TrainingWorker"), report
+    ran = shlex.split((spec.log_dir / "rehearsal.log").read_text().splitlines()[0].removeprefix("$ "))
+    assert ran[1:] == list(spec.argv[1:]) and "torch.distributed.run" in ran
+    assert Path(ran[0]).parent == exe.parent
+    checked = report["checked"]
+    world, sp = recipe.resources.devices_per_node, recipe.sft.ulysses_sequence_parallel_size
+    assert f"torchrun's world: {world} ranks; this is rank 0 (local 0)" in checked
+    assert f"ranks 1-{world - 1} started by torchrun with the world of {world} and the patches" in checked
+    assert "verl platform PlatformNPUStandIn (device npu, Ray resource NPU, device available: False)" in checked
+    assert "device npu)" in checked[0], checked[0]
+    layout = next(c for c in checked if c.startswith("batch layout: "))
+    dp = world // sp
+    per_dp = recipe.algorithm.train_batch_size // dp
+    groups = f"{dp} data-parallel group(s) of {sp} rank(s) (sequence parallel), {per_dp} rows"
+    assert layout.startswith(f"batch layout: {groups}"), layout
+    assert set(spec.patches) == set(report["patches_in_trainer_process"])
