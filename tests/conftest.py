@@ -106,51 +106,70 @@ _TINY_INPUTS = (
 _TINY_DISTS = ("torch", "transformers", "tokenizers", "safetensors")
 
 
-def _tiny_model_cache(request) -> Path:
-    """This machine's cache of the warm-started models (``NPU_RL_TEST_MODEL_CACHE``, else
-    ``$XDG_CACHE_HOME/npu-rl/tiny-models``), as uv's cache is its wheels': keyed by every input, so a fresh
-    clone reuses what an earlier one made (the demo's 1600 steps cost about 160 s of CI) and a change to any
-    input makes a new one. ``NPU_RL_TEST_MODEL_CACHE=pytest``: the checkout's own pytest cache."""
-    where = os.environ.get("NPU_RL_TEST_MODEL_CACHE") or str(
-        Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "npu-rl" / "tiny-models"
-    )
-    if where == "pytest":
-        return request.config.cache.mkdir("npu_rl_tiny_models")
-    Path(where).mkdir(parents=True, exist_ok=True)
-    return Path(where)
+class ModelCache:
+    """This machine's cache of warm-started models (``NPU_RL_TEST_MODEL_CACHE``, else
+    ``$XDG_CACHE_HOME/npu-rl/tiny-models``), as uv's cache is its wheels': keyed by every input of the warm
+    start, so a fresh clone reuses what an earlier one made (the demo's 1600 steps cost about 160 s of CI, once
+    on the host and once in the cpu-vllm image) and a change to any input makes a new one.
+    ``NPU_RL_TEST_MODEL_CACHE=pytest``: the checkout's own pytest cache."""
+
+    def __init__(self, config):
+        where = os.environ.get("NPU_RL_TEST_MODEL_CACHE") or str(
+            Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "npu-rl" / "tiny-models"
+        )
+        self.dir = config.cache.mkdir("npu_rl_tiny_models") if where == "pytest" else Path(where)
+        self.dir.mkdir(parents=True, exist_ok=True)
+        # What `npu-rl model tiny` reads besides its arguments and the Python it runs on.
+        self._inputs = hashlib.sha256()
+        for rel in _TINY_INPUTS:
+            root = REPO / rel
+            for f in sorted([root] if root.is_file() else root.rglob("*")):
+                if f.is_file() and "__pycache__" not in f.parts:
+                    self._inputs.update(f.relative_to(REPO).as_posix().encode() + f.read_bytes())
+
+    def entry(self, *parts: object) -> Path:
+        """The folder of the model the warm start's inputs and ``parts`` (its argv, its Python set) make."""
+        key = self._inputs.copy()
+        key.update(repr(parts).encode())
+        return self.dir / key.hexdigest()[:16]
+
+    def keep(self, made: Path, fill) -> Path:
+        """``made``, filled once by ``fill(folder)`` (whole or not at all) under a lock across processes."""
+        from filelock import FileLock
+
+        with FileLock(str(made) + ".lock"):
+            if not (made / "config.json").is_file():
+                partial = made.with_name(made.name + ".partial")
+                shutil.rmtree(partial, ignore_errors=True)
+                fill(partial)
+                partial.rename(made)
+        return made
 
 
 @pytest.fixture(scope="session")
-def tiny_model(request):
+def model_cache(request) -> ModelCache:
+    return ModelCache(request.config)
+
+
+@pytest.fixture(scope="session")
+def tiny_model(model_cache):
     """``tiny_model(out, steps, recipe, args)``: the directory `npu-rl model tiny --out out --recipe recipe
     --warm-start-steps steps *args` writes, made once and copied to ``out`` (a copy each: a test may change
     it).
 
     Made by that command itself, once per set of inputs (the arguments, the files it reads, the versions
-    of what it runs on), and kept across runs, xdist workers and clones (:func:`_tiny_model_cache`)."""
-    from filelock import FileLock
-
+    of what it runs on), and kept across runs, xdist workers and clones (:class:`ModelCache`)."""
     from npu_rl.cli import main
 
-    cache = _tiny_model_cache(request)
-    inputs = hashlib.sha256(repr([sys.version, *(metadata.version(d) for d in _TINY_DISTS)]).encode())
-    for rel in _TINY_INPUTS:
-        root = REPO / rel
-        for f in sorted([root] if root.is_file() else root.rglob("*")):
-            if f.is_file() and "__pycache__" not in f.parts:
-                inputs.update(f.relative_to(REPO).as_posix().encode() + f.read_bytes())
+    versions = [sys.version, *(metadata.version(d) for d in _TINY_DISTS)]
 
     def make(out: Path, steps: int = 1000, recipe: str = "tiny_math_cpu", args: Sequence[str] = ()) -> Path:
         argv = ["--recipe", recipe, "--warm-start-steps", str(steps), *args]
-        key = inputs.copy()
-        key.update(repr(argv).encode())
-        made = cache / key.hexdigest()[:16]
-        with FileLock(str(made) + ".lock"):
-            if not (made / "config.json").is_file():
-                partial = made.with_name(made.name + ".partial")
-                shutil.rmtree(partial, ignore_errors=True)
-                assert main(["model", "tiny", "--out", str(partial), *argv]) == 0
-                partial.rename(made)
+
+        def fill(folder: Path) -> None:
+            assert main(["model", "tiny", "--out", str(folder), *argv]) == 0
+
+        made = model_cache.keep(model_cache.entry(versions, argv), fill)
         shutil.copytree(made, out, dirs_exist_ok=True)
         return out
 

@@ -21,6 +21,7 @@ from __future__ import annotations
 import json
 import math
 import re
+import shutil
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -31,6 +32,7 @@ from compose_run import Compose, compose_project, require_compose
 from console_steps import shown_steps
 
 from npu_rl.defaults import DEMO_WARM_START_STEPS
+from npu_rl.demo import VLLM_MODEL_ARGS
 from npu_rl.exit_codes import Exit
 from npu_rl.image.build import build_variant
 from npu_rl.patches.consistency import CORR_METRIC, DRILL_ENV, METRIC, SKIPPED_DRILL
@@ -72,11 +74,20 @@ class Demo:
 
 
 @pytest.fixture(scope="module")
-def demo(tmp_path_factory):
+def demo(tmp_path_factory, model_cache):
     require_compose()
     build_variant("cpu-vllm", root=REPO, log=lambda _: None)
     ws = tmp_path_factory.mktemp("vllm") / "ws"
     ws.mkdir()
+    # The demo's warm start runs in the image (its torch, not this host's): kept in the machine's model cache
+    # under what makes it (the image's lock, Dockerfile and compose build, the steps and heads), and found by
+    # the next run's demo, which reuses a model it finds (tests/e2e/test_demo_learns.py takes that path too).
+    image_inputs = [(REPO / f).read_bytes() for f in ("configs/locks/vllm-cpu.txt", "docker/Dockerfile.cpu")]
+    image_inputs.append((REPO / "compose/docker-compose.yml").read_bytes())
+    cached = model_cache.entry("cpu-vllm image", image_inputs, DEMO_WARM_START_STEPS, VLLM_MODEL_ARGS)
+    model = ws / DEMO_DIR / "models" / "tiny-qwen2-vllm"
+    if (cached / "config.json").is_file():
+        shutil.copytree(cached, model)
     variables = {
         "DEMO_STEPS": str(STEPS),
         # The demo's own warm start: a base that gets some answers right, so that rewards vary within a
@@ -90,6 +101,7 @@ def demo(tmp_path_factory):
         d.measured["demo_s"] = time.monotonic() - start
         d.log = up.stdout + up.stderr
         assert up.returncode == 0, d.log[-4000:]
+        model_cache.keep(cached, lambda folder: shutil.copytree(model, folder))
         yield d
 
 

@@ -36,7 +36,7 @@ LINE = "cann9.1-verl0.9"
 PYTHON = project_root() / f".venv-{LINE}" / "bin" / "python"
 RECIPE = "tiny_agent_cpu"
 SFT_RECIPE = "tiny_agent_sft_cpu"
-# The SFT run, shortened from the demo's 960 steps: the format and the calls come first (a tool call in about a
+# The SFT run, shortened from the demo's 1440 steps: the format and the calls come first (a tool call in about a
 # third of the first GRPO step's answers), which is what the GRPO run below needs. The stop follows the
 # checkpoint of an epoch's last step (32 steps each), which verl alone resumes an epoch late
 # (npu_rl.patches.sft_resume); a checkpoint inside an epoch resumes as verl loads it.
@@ -124,7 +124,7 @@ def run(tmp_path_factory):
     model = f"checkpoints/npu_rl_demo/{SFT_RECIPE}/global_step_{SFT_STEPS}/huggingface"
 
     sets = {
-        "model.path": model,  # the SFT run's last step, merged, where the recipe's own 960-step run would be
+        "model.path": model,  # the SFT run's last step, merged, where the recipe's own 1440-step run would be
         "sandbox.port": port,
         "algorithm.total_training_steps": STEPS,
         "checkpoint.save_freq": 2,

@@ -85,13 +85,13 @@ def test_steps_past_the_epochs_are_refused_before_the_trainer_would_stop_unsaved
     model = tmp_path / "models" / "tiny-qwen2-agent-base"
     assert main(["model", "tiny", "--recipe", "tiny_agent_sft_cpu", "--out", str(model)]) == 0
     capsys.readouterr()
-    # 512 transcripts, 16 a step: 32 steps an epoch, 30 epochs.
-    assert main(["train", "--recipe", "tiny_agent_sft_cpu", "--set", "algorithm.total_training_steps=970"]) == 2
+    # 512 transcripts, 16 a step: 32 steps an epoch, 45 epochs.
+    assert main(["train", "--recipe", "tiny_agent_sft_cpu", "--set", "algorithm.total_training_steps=1450"]) == 2
     err = capsys.readouterr().err
     assert err.strip() == (
-        "npu-rl: error: algorithm.total_training_steps 970 is past the 960 steps of algorithm.total_epochs 30 "
+        "npu-rl: error: algorithm.total_training_steps 1450 is past the 1440 steps of algorithm.total_epochs 45 "
         "(32 per epoch over 512 rows): verl's SFT trainer would stop there without saving its last step; set "
-        "algorithm.total_epochs to 31 or more"
+        "algorithm.total_epochs to 46 or more"
     )
     assert not (tmp_path / "logs").exists()  # nothing started
 
