@@ -100,7 +100,6 @@ _TINY_INPUTS = (
     "npu_rl/platform/cpu_isa.py",
     "configs/stacks",
     "configs/tokenizer",
-    "configs/recipes",
     "configs/data",
 )
 _TINY_DISTS = ("torch", "transformers", "tokenizers", "safetensors")
@@ -127,9 +126,11 @@ class ModelCache:
                 if f.is_file() and "__pycache__" not in f.parts:
                     self._inputs.update(f.relative_to(REPO).as_posix().encode() + f.read_bytes())
 
-    def entry(self, *parts: object) -> Path:
-        """The folder of the model the warm start's inputs and ``parts`` (its argv, its Python set) make."""
+    def entry(self, recipe: str, *parts: object) -> Path:
+        """The folder of the model the warm start's inputs, ``recipe``'s file (its chat template, its data) and
+        ``parts`` (the argv, the Python set) make; another recipe's edit leaves it as it is."""
         key = self._inputs.copy()
+        key.update((REPO / "configs" / "recipes" / f"{recipe}.yaml").read_bytes())
         key.update(repr(parts).encode())
         return self.dir / key.hexdigest()[:16]
 
@@ -169,7 +170,7 @@ def tiny_model(model_cache):
         def fill(folder: Path) -> None:
             assert main(["model", "tiny", "--out", str(folder), *argv]) == 0
 
-        made = model_cache.keep(model_cache.entry(versions, argv), fill)
+        made = model_cache.keep(model_cache.entry(recipe, versions, argv), fill)
         shutil.copytree(made, out, dirs_exist_ok=True)
         return out
 

