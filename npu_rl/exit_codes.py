@@ -39,6 +39,9 @@ RESTART = (
     Exit.JOIN_TIMEOUT,
 )
 ABORT = (Exit.BAD_INPUT, Exit.INCONSISTENT)
+# The codes an SFT run's pod can exit with besides OK, FAILED and TERMINATED: torchrun's ranks on one node, no
+# Ray, no rollout, no sandbox (npu_rl.launcher.sft); its job's policies name only these.
+SFT = (Exit.BAD_INPUT, Exit.HUNG)
 # Why a restart cannot help, for the manifests' policy comments.
 ABORT_WHY = {
     Exit.BAD_INPUT: "a bad recipe, flag or file, or nodes that disagree",

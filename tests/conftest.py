@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+import platform
 import shutil
 import sys
 import time
@@ -96,12 +97,18 @@ _TINY_INPUTS = (
     "npu_rl/data/arithmetic.py",
     "npu_rl/data/tools.py",
     "npu_rl/commands/model.py",
+    # The ISA pins' lookup and re-exec, and the recipe schema's defaults the command reads.
+    "npu_rl/commands/options.py",
+    "npu_rl/versions.py",
+    "npu_rl/recipe",
+    "configs/versions.yaml",
     # The line's ISA pins, under which the warm start runs (npu_rl.platform.cpu_isa).
     "npu_rl/platform/cpu_isa.py",
     "configs/stacks",
     "configs/tokenizer",
     "configs/data",
 )
+_ISA_VARIABLES = ("ATEN_CPU_CAPABILITY", "MKL_ENABLE_INSTRUCTIONS", "ONEDNN_MAX_CPU_ISA")
 _TINY_DISTS = ("torch", "transformers", "tokenizers", "safetensors")
 
 
@@ -162,7 +169,9 @@ def tiny_model(model_cache):
     of what it runs on), and kept across runs, xdist workers and clones (:class:`ModelCache`)."""
     from npu_rl.cli import main
 
-    versions = [sys.version, *(metadata.version(d) for d in _TINY_DISTS)]
+    # The Python set, the machine, and any ISA pin the caller has set (those win over the line's).
+    versions = [sys.version, platform.machine(), *(metadata.version(d) for d in _TINY_DISTS)]
+    versions += sorted((k, v) for k, v in os.environ.items() if k in _ISA_VARIABLES)
 
     def make(out: Path, steps: int = 1000, recipe: str = "tiny_math_cpu", args: Sequence[str] = ()) -> Path:
         argv = ["--recipe", recipe, "--warm-start-steps", str(steps), *args]

@@ -23,7 +23,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument(
         "--rehearse",
         action="store_true",
-        help="run the launch through verl on a local Ray up to where devices would be allocated",
+        help="run the launch through verl up to where devices would be allocated (a local Ray; an SFT recipe: "
+        "torchrun on this host)",
     )
     p.add_argument(
         "--prepare",

@@ -24,6 +24,7 @@ from ..cluster.probe import port_free
 from ..errors import UserError
 from ..model.fetch import check_model_dir
 from ..patches.guard import unsupported
+from ..patches.rehearse import sft_layout
 from ..paths import sandbox_python
 from ..platform import aclgraph
 from ..platform.doctor import CheckResult, Context, GiB, Host, fail, gib, ok, run_host_checks
@@ -80,14 +81,42 @@ def check_data(recipe: Recipe) -> None:
             check_sft_steps(recipe, rows)
 
 
+def sft_steps_per_epoch(recipe: Recipe, rows: int) -> int:
+    """The steps an epoch of ``rows`` makes in verl's SFT loader over the recipe's world (0: not one batch), as
+    the rehearsal reads them off verl's own objects (npu_rl.patches.rehearse.sft_layout)."""
+    sft = recipe.sft
+    assert sft is not None
+    _, layout = sft_layout(
+        rows,
+        recipe.resources.world_size,
+        sft.ulysses_sequence_parallel_size,
+        recipe.algorithm.train_batch_size,
+        sft.micro_batch_size_per_device,
+        sft.use_dynamic_bsz,
+    )
+    return int(layout.get("steps_per_epoch", 0))
+
+
+def sft_total_steps(recipe: Recipe) -> int | None:
+    """Where the SFT run will end: ``total_training_steps``, else its epochs over the training files' rows
+    (None: the files are not there yet)."""
+    a = recipe.algorithm
+    if a.total_training_steps is not None:
+        return a.total_training_steps
+    files = [run_files.resolve(f) for f in recipe.data.train_files]
+    if not all(f.is_file() for f in files):
+        return None
+    import pyarrow.parquet as pq  # lazy: pyarrow
+
+    return sft_steps_per_epoch(recipe, sum(pq.read_metadata(f).num_rows for f in files)) * a.total_epochs
+
+
 def check_sft_steps(recipe: Recipe, rows: int) -> None:
     """verl's SFT trainer stops after ``total_epochs`` even where ``total_training_steps`` asks for more, and
     then neither validates nor saves its last step (verl v0.9.0 trainer/sft_trainer.py:356, :411-442: both wait
     for a step reaching the total). Its loader drops each rank's incomplete batch (:236-252)."""
-    a, sft = recipe.algorithm, recipe.sft
-    assert sft is not None
-    dp = recipe.resources.world_size // sft.ulysses_sequence_parallel_size
-    per_epoch = (rows // dp) // (a.train_batch_size // dp)
+    a = recipe.algorithm
+    per_epoch = sft_steps_per_epoch(recipe, rows)
     if a.total_training_steps is not None and a.total_training_steps > per_epoch * a.total_epochs:
         need = -(-a.total_training_steps // max(1, per_epoch))
         raise UserError(

@@ -1,8 +1,9 @@
 """``npu-rl train --rehearse``: a launch run through verl's real entry point up to the device boundary.
 
 The rehearsal executes the launch's own argv (:func:`npu_rl.launcher.spec.build_launch`
-with ``rehearse=True``, which only adds the ``rehearse`` patch and its report path)
-with ``python -m verl.trainer.main_ppo`` on a local Ray without accelerators.
+with ``rehearse=True``, which only adds the ``rehearse`` patch and its report path): a GRPO recipe's
+``python -m verl.trainer.main_ppo`` on a local Ray without accelerators, an SFT recipe's torchrun of
+``verl.trainer.sft_trainer`` on this host (no Ray).
 :mod:`npu_rl.patches.rehearse` documents where it stops and what it checks; this
 module runs it, hands it the cluster shape to plan against, and turns its report
 into a summary or one error line.
@@ -72,9 +73,11 @@ def run_rehearsal(recipe: Recipe, timeout: float = 300.0) -> Rehearsal:
         old.unlink()
     log_file = spec.log_dir / "rehearsal.log"
     if recipe.sft is not None:
-        # torchrun's ranks, as the launch starts them; no Ray (npu_rl.launcher.sft).
-        where = f"torchrun's {recipe.resources.devices_per_node} ranks on this host"
-        print(f"npu-rl: rehearsing {recipe.name}: {ENTRY_SFT} under {where} without devices; log: {log_file}")
+        where = f"torchrun's {recipe.resources.devices_per_node} rank(s) on this host"
+        print(
+            f"npu-rl: rehearsing {recipe.name}: {ENTRY_SFT} under {where} without devices; log: {log_file}",
+            flush=True,
+        )
         _run(recipe, spec, {**os.environ, **spec.env}, log_file, timeout)
     else:
         print(

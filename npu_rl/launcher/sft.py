@@ -14,11 +14,12 @@ from pathlib import Path
 from typing import Any
 
 from .. import run_files
+from ..patches.guard import SFT_TRAINER
 from ..recipe.schema import Recipe
 from .hydra import hydra_value
 from .overrides import trainer_fields
 
-ENTRY_MODULE = "verl.trainer.sft_trainer"
+ENTRY_MODULE = SFT_TRAINER
 CONFIG_NAME = "sft_trainer_engine"  # the entry's @hydra.main default (sft_trainer.py:460)
 TORCHRUN = "torch.distributed.run"
 

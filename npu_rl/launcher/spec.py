@@ -28,7 +28,7 @@ from ..cluster.raynode import registered_resources
 from ..patches import env_for
 from ..patches.attest import ATTEST_ENV
 from ..patches.consistency import FILE_ENV
-from ..patches.rehearse import NODES_ENV, REPORT_ENV
+from ..patches.rehearse import NODES_ENV, RANKS_LEAVE_ENV, REPORT_ENV
 from ..recipe.schema import Recipe
 from . import sft
 from .hydra import quoted
@@ -166,6 +166,7 @@ def _sft_launch(recipe: Recipe, python: str | None, rehearse: bool) -> LaunchSpe
         report = run_files.log_root(recipe) / "rehearsal.json"
         patches.append("rehearse")  # last: the ranks past the first leave once the others are installed
         env[REPORT_ENV] = str(report)
+        env[RANKS_LEAVE_ENV] = "1"
     env.update(env_for(patches))
     argv = (
         python or sys.executable,

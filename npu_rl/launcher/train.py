@@ -35,7 +35,7 @@ from ..exit_codes import Exit
 from ..patches.consistency import verdict_error
 from ..platform import devices
 from ..recipe.schema import Recipe
-from .preflight import check_launch
+from .preflight import check_launch, sft_total_steps
 from .ray_local import LocalRayHead
 from .releases import logical_cpus
 from .spec import LaunchSpec, build_launch
@@ -61,11 +61,15 @@ def run_training(recipe: Recipe, *, ray_port: int | None = None, verbose: bool =
     spec = build_launch(recipe)
     for note in spec.notes:
         print(f"npu-rl: {note}", flush=True)
-    total = recipe.algorithm.total_training_steps
+    # An SFT recipe may end by its epochs: re-run after it finished (a restarted pod), it would start torchrun
+    # on every device to train nothing.
+    total = sft_total_steps(recipe) if recipe.sft is not None else recipe.algorithm.total_training_steps
     if total is not None and spec.start_step is not None and spec.start_step >= total:
+        a = recipe.algorithm
+        last = "total_training_steps" if a.total_training_steps is not None else f"the last of {a.total_epochs} epochs,"
         print(
             f"npu-rl: {recipe.logging.experiment} already finished: global_step_{spec.start_step} reached "
-            f"total_training_steps {total}; nothing to train (raise algorithm.total_training_steps to go on)",
+            f"{last} {total}; nothing to train (raise algorithm.total_training_steps to go on)",
             flush=True,
         )
         return TrainResult(0, 0.0, spec.start_step, spec.start_step, run_files.console_log(recipe))

@@ -29,6 +29,7 @@ RAY_TRAINER = "verl.trainer.ppo.ray_trainer"
 # verl 0.9's trainer (trainer.use_v1, its default: verl v0.9.0 trainer/config/ppo_trainer.yaml:222).
 TRAINER_BASE = "verl.trainer.ppo.v1.trainer_base"
 RAY_BASE = "verl.single_controller.ray.base"
+SFT_TRAINER = "verl.trainer.sft_trainer"  # verl 0.9's SFT entry (run as __main__ under torchrun)
 METRIC_UTILS = "verl.trainer.ppo.metric_utils"
 TRACKING = "verl.utils.tracking"
 FSDP_WORKERS = "verl.workers.fsdp_workers"

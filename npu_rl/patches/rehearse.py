@@ -42,10 +42,22 @@ from pathlib import Path
 from typing import Any
 
 from . import installed, selected, verl_platforms
-from .guard import RAY_BASE, RAY_TRAINER, TRAINER_BASE, VERL_0_6_1, VERL_0_9_0, Patch, installed_verl_version
+from .guard import (
+    RAY_BASE,
+    RAY_TRAINER,
+    SFT_TRAINER,
+    TRAINER_BASE,
+    VERL_0_6_1,
+    VERL_0_9_0,
+    Patch,
+    installed_verl_version,
+)
 
 PATCH_NAME = "rehearse"
 REPORT_ENV = "NPU_RL_REHEARSE_REPORT"
+# Set by an SFT rehearsal's launch only: torchrun's ranks past the first leave at once (never a GRPO run's
+# Ray workers, which inherit the report's variable).
+RANKS_LEAVE_ENV = "NPU_RL_REHEARSE_RANKS_LEAVE"
 NODES_ENV = "NPU_RL_REHEARSE_NODES"
 STOPPED_AT = (
     "ResourcePoolManager.create_resource_pool, the first step of RayPPOTrainer.init_workers: "
@@ -70,7 +82,6 @@ FINGERPRINTS = {
 }
 
 NPU_PLATFORM = "verl.plugin.platform.platform_npu"
-SFT_TRAINER = "verl.trainer.sft_trainer"
 DISTRIBUTED = "verl.utils.distributed"
 DEVICE = "verl.utils.device"
 PERFORMANCE = "verl.utils.profiler.performance"
@@ -111,8 +122,10 @@ def _other_ranks_leave() -> None:
     """A torchrun rank past the first, in an SFT rehearsal: record the world and the patches it started with,
     then leave before it imports verl."""
     rank, report = os.environ.get("RANK", "0"), os.environ.get(REPORT_ENV)
-    if os.environ.get("TORCHELASTIC_RUN_ID") is None or rank == "0" or not report:
+    if os.environ.get(RANKS_LEAVE_ENV) != "1" or os.environ.get("TORCHELASTIC_RUN_ID") is None or rank == "0":
         return
+    if not report:  # the launch sets both; a rank that cannot say it started still leaves, and is named missing
+        os._exit(0)
     seen = {
         "rank": int(rank),
         "local_rank": int(os.environ.get("LOCAL_RANK", "-1")),

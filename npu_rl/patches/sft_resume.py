@@ -19,11 +19,10 @@ from __future__ import annotations
 
 import re
 
-from .guard import VERL_0_9_0, Patch
+from .guard import SFT_TRAINER, VERL_0_9_0, Patch
 
 PATCH_NAME = "sft_resume"
 CHECKPOINT_HANDLER = "verl.utils.checkpoint.checkpoint_handler"
-SFT_TRAINER = "verl.trainer.sft_trainer"
 FINGERPRINTS = {
     # Loads the saved iterator state whatever step it was saved at.
     f"{CHECKPOINT_HANDLER}:CheckpointHandler._load_dataloader_state": "8d9844e4b84519a3",

@@ -178,14 +178,31 @@ class NextStage:
 
 def next_stage(sft: Recipe) -> NextStage | None:
     """The project's recipe that starts from ``sft``'s merged checkpoint (None: none in configs/recipes does).
-    Its step need not be the SFT run's last: the code agent's RL stage starts from step 50 of 20 epochs."""
+    Its step need not be the SFT run's last: the code agent's RL stage starts from step 50 of 20 epochs; a step
+    the run would not keep is refused here, not after the whole run in the pod."""
     for path in sorted(recipes_dir().glob("*.yaml")):
-        rl = load_recipe(path)
+        try:
+            rl = load_recipe(path)
+        except UserError:
+            continue  # a broken recipe of the user's is not this one's next stage
         model = run_files.model_dir(rl)
         step = re.fullmatch(r"global_step_(\d+)", model.parent.name)
         if step and model == run_files.merged_model_dir(sft, int(step.group(1))):
-            return NextStage(rl.name, int(step.group(1)))
+            stage = NextStage(rl.name, int(step.group(1)))
+            _check_kept(sft, stage)
+            return stage
     return None
+
+
+def _check_kept(sft: Recipe, stage: NextStage) -> None:
+    ckpt, last = sft.checkpoint, sft.algorithm.total_training_steps
+    saved = stage.step == last or (ckpt.save_freq > 0 and stage.step % ckpt.save_freq == 0)
+    if not saved or ckpt.max_to_keep is not None:
+        why = "rotation may remove it" if saved else f"checkpoint.save_freq {ckpt.save_freq} never saves it"
+        raise UserError(
+            f"recipe {stage.recipe} starts from global_step_{stage.step} of {sft.name}, which its run would not "
+            f"keep ({why}): the pod's merge would fail after the whole run"
+        )
 
 
 def _recipe_yaml(recipe: Recipe) -> str:
@@ -281,8 +298,14 @@ def context(recipe: Recipe, target: str, opts: K8sOptions) -> dict:
         "worker_args": worker_args,
         "entrypoint": " ".join(wait) + " && " + " ".join(train),
         # Volcano's job policies match the pod's exit code (npu_rl.exit_codes, docs/clusters.md "When a run fails").
-        "restart_codes": [{"code": int(c), "name": c.name} for c in exit_codes.RESTART],
-        "abort_codes": [{"code": int(c), "name": c.name, "why": exit_codes.ABORT_WHY[c]} for c in exit_codes.ABORT],
+        "restart_codes": [
+            {"code": int(c), "name": c.name} for c in exit_codes.RESTART if not sft or c in exit_codes.SFT
+        ],
+        "abort_codes": [
+            {"code": int(c), "name": c.name, "why": exit_codes.ABORT_WHY[c]}
+            for c in exit_codes.ABORT
+            if not sft or c in exit_codes.SFT
+        ],
         "ray_version": versions.get("common.ray"),
         # Volcano: the job's Ray token from a Secret the user makes (npu_rl.cluster.rayauth), mounted as a
         # file; KubeRay makes and injects its own (authOptions).

@@ -10,8 +10,9 @@ import kubernetes_validate
 import pytest
 import yaml
 
-from npu_rl import run_files
+from npu_rl import exit_codes, run_files
 from npu_rl.cli import build_parser, main
+from npu_rl.errors import UserError
 from npu_rl.launcher.train import TrainResult
 from npu_rl.recipe import load_recipe, parse_recipe
 from npu_rl.render import k8s
@@ -65,9 +66,13 @@ def test_one_trainer_pod_trains_and_merges_without_ray(name, crd_schemas):
     assert not [e for e in container["env"] if e["name"].startswith("RAY_")]
     assert "ray-token" not in {v["name"] for v in task["template"]["spec"]["volumes"]}
     assert "plugins" not in spec
-    # Volcano's policies are the GRPO jobs': the exit code table's (test_render_k8s.py checks them there).
+    # Volcano's policies: the GRPO jobs' for the codes an SFT run can exit with (no Ray's, the node watch's,
+    # the gate's or the sandbox's), the same events after them.
     grpo = _one(_docs(load_recipe("qwen3_4b_retool_dapo_a3")), "Job")["spec"]
-    assert spec["policies"] == grpo["policies"] and task["policies"] == grpo["tasks"][0]["policies"]
+    own = {int(c) for c in exit_codes.SFT}
+    assert spec["policies"] == [p for p in grpo["policies"] if "exitCode" not in p or p["exitCode"] in own]
+    assert {p["exitCode"] for p in spec["policies"] if "exitCode" in p} == own
+    assert task["policies"] == grpo["tasks"][0]["policies"]
     mounted = parse_recipe(yaml.safe_load(_one(docs, "ConfigMap")["data"][k8s.RECIPE_FILE]), "configmap")
     assert mounted.sft is not None and mounted.model_dump() == recipe.model_dump()
 
@@ -129,3 +134,18 @@ def test_train_merges_after_a_clean_finish_only(code, args, merged, tmp_path, mo
     assert main(["train", "--recipe", SFT[1], *args]) == code
     assert calls == [(SFT[1], step) for step in merged]
     assert ("merged model: " in capsys.readouterr().out) == bool(merged)
+
+
+@pytest.mark.parametrize(
+    ("sets", "why"),
+    [
+        ({"checkpoint.save_freq": 40}, "checkpoint.save_freq 40 never saves it"),
+        ({"checkpoint.max_to_keep": 2}, "rotation may remove it"),
+    ],
+)
+def test_a_step_the_sft_run_would_not_keep_is_refused_when_rendering(sets, why):
+    # Else the pod would train the whole run and then fail its merge, aborting the job without the RL model.
+    with pytest.raises(UserError) as err:
+        k8s.render_text(load_recipe("qwen3_1_7b_code_toolcall_sft_a2", sets), "volcano")
+    assert "recipe qwen3_1_7b_code_toolcall_a2 starts from global_step_50" in str(err.value)
+    assert why in str(err.value)

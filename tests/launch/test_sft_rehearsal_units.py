@@ -4,12 +4,15 @@ the other ranks' records the launcher requires (the rehearsal itself: tests/laun
 from __future__ import annotations
 
 import json
+import os
+import subprocess
+import sys
 
 import pytest
 
 from npu_rl.launcher.rehearsal import _other_ranks
 from npu_rl.launcher.spec import build_launch
-from npu_rl.patches.rehearse import rank_file, sft_layout
+from npu_rl.patches.rehearse import RANKS_LEAVE_ENV, REPORT_ENV, rank_file, sft_layout
 from npu_rl.recipe import load_recipe
 
 
@@ -57,3 +60,17 @@ def test_a_rank_that_never_started_or_lacks_a_patch_fails_the_rehearsal(tmp_path
     assert not report["complete"]
     assert "rank 3: " in report["error"] and "rank 5: never started" in report["error"]
     assert "rank 4" not in report["error"]
+
+
+@pytest.mark.parametrize("sft_rehearsal", [True, False])
+def test_only_an_sft_rehearsals_ranks_past_the_first_leave(sft_rehearsal, tmp_path):
+    """A GRPO rehearsal's report variable reaches its Ray workers too: they must not leave."""
+    report = tmp_path / "rehearsal.json"
+    env = {**os.environ, "TORCHELASTIC_RUN_ID": "x", "RANK": "3", "WORLD_SIZE": "8", REPORT_ENV: str(report)}
+    if sft_rehearsal:
+        env[RANKS_LEAVE_ENV] = "1"
+    code = "from npu_rl.patches.rehearse import _other_ranks_leave; _other_ranks_leave(); print('stayed')"
+    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0, out.stderr
+    assert ("stayed" in out.stdout) is not sft_rehearsal
+    assert rank_file(report, "3").is_file() is sft_rehearsal

@@ -8,6 +8,7 @@ import pytest
 
 from npu_rl import run_files
 from npu_rl.cli import main
+from npu_rl.launcher.preflight import sft_total_steps
 from npu_rl.launcher.spec import build_launch, hydra_args
 from npu_rl.recipe import load_recipe
 
@@ -104,3 +105,13 @@ def test_a_dumped_sft_recipe_loads_again(name):
 
     recipe = load_recipe(name)
     assert Recipe.model_validate(recipe.model_dump(exclude_unset=True)) == recipe
+
+
+def test_an_epoch_bound_sft_run_knows_its_last_step_from_its_rows(tmp_path, monkeypatch):
+    # A finished run re-run (a restarted pod) is then a no-op, not torchrun on every device training nothing.
+    monkeypatch.setenv("NPU_RL_WORKSPACE", str(tmp_path))
+    recipe = load_recipe("tiny_agent_sft_cpu", {"algorithm.total_training_steps": None, "algorithm.total_epochs": 3})
+    assert sft_total_steps(recipe) is None  # no data yet
+    assert main(["data", "arithmetic", "--out", str(tmp_path / "data" / "arithmetic")]) == 0
+    assert sft_total_steps(recipe) == 3 * 32  # 512 transcripts, 16 a step
+    assert sft_total_steps(load_recipe("tiny_agent_sft_cpu")) == 1440
