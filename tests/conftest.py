@@ -108,7 +108,6 @@ _TINY_INPUTS = (
     "configs/tokenizer",
     "configs/data",
 )
-_ISA_VARIABLES = ("ATEN_CPU_CAPABILITY", "MKL_ENABLE_INSTRUCTIONS", "ONEDNN_MAX_CPU_ISA")
 _TINY_DISTS = ("torch", "transformers", "tokenizers", "safetensors")
 
 
@@ -167,11 +166,14 @@ def tiny_model(model_cache):
 
     Made by that command itself, once per set of inputs (the arguments, the files it reads, the versions
     of what it runs on), and kept across runs, xdist workers and clones (:class:`ModelCache`)."""
+    from npu_rl import versions as stacks
     from npu_rl.cli import main
 
-    # The Python set, the machine, and any ISA pin the caller has set (those win over the line's).
+    # The Python set, the machine, and any ISA pin a line declares that the caller has set (it wins over the
+    # line's, npu_rl.platform.cpu_isa).
+    isa = {k for line in stacks.line_names() for k in stacks.load(stack=line).get("cpu_isa") or {}}
     versions = [sys.version, platform.machine(), *(metadata.version(d) for d in _TINY_DISTS)]
-    versions += sorted((k, v) for k, v in os.environ.items() if k in _ISA_VARIABLES)
+    versions += sorted((k, v) for k, v in os.environ.items() if k in isa)
 
     def make(out: Path, steps: int = 1000, recipe: str = "tiny_math_cpu", args: Sequence[str] = ()) -> Path:
         argv = ["--recipe", recipe, "--warm-start-steps", str(steps), *args]

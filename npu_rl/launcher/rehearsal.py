@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from ..cluster import proctree
+from ..console import lines
 from ..errors import UserError
 from ..patches.rehearse import rank_file
 from ..recipe.schema import Recipe
@@ -29,8 +30,9 @@ from .releases import logical_cpus
 from .sft import ENTRY_MODULE as ENTRY_SFT
 from .spec import LaunchSpec, build_launch
 
-# Lines that name why a Python process died (the last one wins).
-_ERROR_LINE = re.compile(r"^\s*(?:\(\w+ pid=\d+\)\s*|\[rank\d+\]:\s*)?([A-Za-z_.]*(?:Error|Exception)\w*: .+)$")
+# Lines that name why a Python process died (the last one wins), once the console has taken off the prefix of
+# the Ray actor or torchrun rank that printed them.
+_ERROR_LINE = re.compile(r"^\s*([A-Za-z_.]*(?:Error|Exception)\w*: .+)$")
 
 
 @dataclass
@@ -52,7 +54,7 @@ class Rehearsal:
 
 
 def _last_error(text: str) -> str | None:
-    found = [m.group(1) for line in text.splitlines() if (m := _ERROR_LINE.match(line))]
+    found = [m.group(1) for raw in text.splitlines() if (m := _ERROR_LINE.match(lines.read(raw).text))]
     return found[-1] if found else None
 
 

@@ -242,6 +242,10 @@ def context(recipe: Recipe, target: str, opts: K8sOptions) -> dict:
         cpus = ["--cpus", str(logical_cpus(res.devices_per_node, release))]
     sft = recipe.sft is not None
     stage = next_stage(recipe) if sft else None
+
+    def job_codes(codes: tuple[exit_codes.Exit, ...]) -> list[exit_codes.Exit]:
+        return [c for c in codes if not sft or c in exit_codes.SFT]
+
     if sft:
         # No Ray: the pod trains under torchrun, then merges the step the RL recipe reads (newest if none does).
         head_args = [*train, "--merge", *([str(stage.step)] if stage else [])]
@@ -298,13 +302,9 @@ def context(recipe: Recipe, target: str, opts: K8sOptions) -> dict:
         "worker_args": worker_args,
         "entrypoint": " ".join(wait) + " && " + " ".join(train),
         # Volcano's job policies match the pod's exit code (npu_rl.exit_codes, docs/clusters.md "When a run fails").
-        "restart_codes": [
-            {"code": int(c), "name": c.name} for c in exit_codes.RESTART if not sft or c in exit_codes.SFT
-        ],
+        "restart_codes": [{"code": int(c), "name": c.name} for c in job_codes(exit_codes.RESTART)],
         "abort_codes": [
-            {"code": int(c), "name": c.name, "why": exit_codes.ABORT_WHY[c]}
-            for c in exit_codes.ABORT
-            if not sft or c in exit_codes.SFT
+            {"code": int(c), "name": c.name, "why": exit_codes.ABORT_WHY[c]} for c in job_codes(exit_codes.ABORT)
         ],
         "ray_version": versions.get("common.ray"),
         # Volcano: the job's Ray token from a Secret the user makes (npu_rl.cluster.rayauth), mounted as a

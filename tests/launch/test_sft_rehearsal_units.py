@@ -10,7 +10,7 @@ import sys
 
 import pytest
 
-from npu_rl.launcher.rehearsal import _other_ranks
+from npu_rl.launcher.rehearsal import _last_error, _other_ranks
 from npu_rl.launcher.spec import build_launch
 from npu_rl.patches.rehearse import RANKS_LEAVE_ENV, REPORT_ENV, rank_file, sft_layout
 from npu_rl.recipe import load_recipe
@@ -74,3 +74,15 @@ def test_only_an_sft_rehearsals_ranks_past_the_first_leave(sft_rehearsal, tmp_pa
     assert out.returncode == 0, out.stderr
     assert ("stayed" in out.stdout) is not sft_rehearsal
     assert rank_file(report, "3").is_file() is sft_rehearsal
+
+
+def test_the_error_line_is_found_under_a_ray_actors_or_a_torchrun_ranks_prefix():
+    log = "\n".join(
+        [
+            "(TaskRunner pid=41) ValueError: the first",
+            "[rank0]: RuntimeError: npu-rl rehearse: the last",
+            "[rank0]:   File 'x.py', line 1, in <module>",
+        ]
+    )
+    assert _last_error(log) == "RuntimeError: npu-rl rehearse: the last"
+    assert _last_error(log.rsplit("\n", 2)[0]) == "ValueError: the first"
