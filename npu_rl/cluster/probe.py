@@ -81,19 +81,30 @@ class Deadline:
 
 
 def wait_for_port(
-    addr: Address, deadline: Deadline, delays: Iterator[float], progress: Callable[[str], None], what: str = "head"
+    addr: Address,
+    deadline: Deadline,
+    delays: Iterator[float],
+    progress: Callable[[str], None],
+    what: str = "head",
+    poll: float = 1.0,
 ) -> bool:
-    """Poll until ``addr`` accepts connections (True) or the deadline passes (False)."""
-    attempt = 0
+    """Poll until ``addr`` accepts connections (True) or the deadline passes (False).
+
+    The port is tried every ``poll`` seconds (a TCP connect costs the head nothing); ``delays`` only space the
+    progress lines, so that a head minutes away (image pulls) says so a few times, not every second. Spacing
+    the tries themselves with the backoff had workers join up to 15 s after the head's port opened."""
     while True:
-        attempt += 1
         if port_open(addr, timeout=min(2.0, max(0.1, deadline.left()))):
             return True
         if deadline.passed():
             return False
         delay = min(next(delays), deadline.left())
         progress(
-            f"{what} {addr} not reachable yet (attempt {attempt}, {deadline.left():.0f}s left); "
-            f"retrying in {delay:.1f}s"
+            f"{what} {addr} not reachable yet ({deadline.elapsed():.0f}s, {deadline.left():.0f}s left); "
+            f"trying it every {poll:g}s"
         )
-        time.sleep(delay)
+        quiet_until = time.monotonic() + delay
+        while (left := quiet_until - time.monotonic()) > 0:
+            time.sleep(min(poll, left))
+            if port_open(addr, timeout=min(2.0, max(0.1, deadline.left()))):
+                return True

@@ -4,8 +4,14 @@ makes of them: the same pods run again, resuming from the newest complete checkp
 One workspace goes through, in order: a preflight refusal naming two mistakes at once (a variable set
 on one node only; a checkpoint directory that is not shared), a worker pod killed at step 2, a hung
 FSDP rank (one worker process SIGSTOPped) at step 3, every pod killed at once at step 4, a frozen
-worker pod (every process SIGSTOPped) at step 5, and a last restart that finishes. Every resumed step
-must train on the batch the uninterrupted run (the ``uninterrupted`` fixture) trained on at that step.
+worker pod (every process SIGSTOPped) at step 5, and a last restart that finishes. Every step, resumed or
+not, must train on the batch verl's own data pipeline gives that step in a run that never stopped
+(tests/cluster/sampled_batches.py).
+
+The last restart is also the job's clean finish on two nodes, as the rendered head command runs it: the patches
+active in both nodes' workers and in the TaskRunner, the old_log_prob pass skipped in the remote workers, the
+worker pod stopped by SIGTERM once the head has exited, nothing left; and while the frozen start trains, the
+ports Ray's processes listen on are read and checked against docs/clusters.md.
 """
 
 from __future__ import annotations
@@ -19,6 +25,7 @@ import time
 import pytest
 from console_steps import shown_steps
 from pods import STEPS, WORKER_IP, prepared_pods
+from sampled_batches import sampled_fingerprints
 
 from npu_rl import run_files
 from npu_rl.exit_codes import Exit
@@ -103,17 +110,22 @@ def chain(request, tiny_model):
         # 6. The worker pod frozen after step 5: every process stopped, its ports still accept connections.
         pods.start()
         pods.wait_for_step(5)
+        # Ray's sockets while it trains (the workers' processes are all up once a step is done).
+        out["listening"] = {task: pods.listening(task) for task in ("head", "worker")}
         t0 = time.monotonic()
         pods.kill("worker", signal.SIGSTOP)
         head_rc = pods.procs["head"].wait(timeout=300)
         out["frozen"] = {"head_rc": head_rc, "seconds": time.monotonic() - t0, "log": pods.log("head")}
+        out["frozen"]["worker_log"] = pods.log("worker")
         pods.kill("worker", signal.SIGKILL)  # Volcano deletes the frozen pod when it restarts the job
         pods.wait()
 
         # 7. The last restart finishes the run.
         pods.start()
         out["finished"] = {"codes": pods.wait(), "log": pods.log("head"), "left": pods.left()}
+        out["finished"]["worker_log"] = pods.log("worker")
         out["metrics"] = pods.metrics()
+        out["workers"] = json.loads(pods.in_ws(lambda: run_files.log_root(pods.recipe) / "workers.json").read_text())
         # The measured times, for whoever reads the run afterwards (`pytest --cache-show 'npu_rl/*'`).
         request.config.cache.set(
             "npu_rl/cluster_faults",
@@ -236,15 +248,104 @@ def test_a_frozen_worker_pod_is_named_once_rays_health_check_gives_up(chain):
     assert re.match(r"npu-rl: error: node \S+ \([0-9a-f]{56}\) left the cluster at step 5; ", line), line
 
 
-def test_every_restart_resumes_and_trains_on_the_uninterrupted_runs_batches(chain, uninterrupted):
+def test_every_restart_resumes_and_trains_on_the_batches_of_a_run_that_never_stopped(chain):
     run = chain["finished"]
     assert run["codes"]["head"] == 0, run["log"][-3000:]
     assert "resuming faults from global_step_5" in run["log"]
     assert STEPS in shown_steps(run["log"]) and run["left"] == []
     resumed = chain["metrics"]
-    reference = uninterrupted["pods"].metrics()
+    reference = sampled_fingerprints(chain["pods"], STEPS)
     assert sorted(resumed) == sorted(reference) == list(range(1, STEPS + 1))
+    # Steps 1-2 ran from scratch: the reference is the run's own order, not merely some order.
+    assert [resumed[s][METRIC] for s in (1, 2)] == [reference[s] for s in (1, 2)]
     # Each restart began where the checkpoint of the step before left off, on that step's batch.
-    for step in range(1, STEPS + 1):
-        assert resumed[step][METRIC] == reference[step][METRIC], step
-    assert len({reference[s][METRIC] for s in reference}) == STEPS  # the batches differ from step to step
+    for step in range(3, STEPS + 1):
+        assert resumed[step][METRIC] == reference[step], step
+    assert len(set(reference.values())) == STEPS  # the batches differ from step to step
+
+
+# The job's clean finish on two nodes (the last restart), as the rendered head command runs it.
+
+
+def test_the_rendered_head_command_finishes_on_two_nodes(chain):
+    pods, run = chain["pods"], chain["finished"]
+    assert pods.head_args[:3] == ["npu-rl", "ray", "head"] and "train" in pods.head_args
+    assert run["codes"]["head"] == 0, run["log"][-4000:]
+    assert "cluster ready: 2 nodes" in run["log"]
+    assert pods.in_ws(lambda: run_files.latest_step(pods.recipe)) == STEPS
+
+
+def test_patches_are_active_in_the_workers_of_both_nodes(chain):
+    verdict = chain["workers"]
+    assert verdict["error"] is None
+    assert len(verdict["workers"]) == 2 and len(verdict["nodes"]) == 2, verdict
+    for w in verdict["workers"]:
+        assert {"cpu", "old_log_prob", "attest", "batch_fingerprint"} <= set(w["patches"]), w
+        assert {"cpu", "old_log_prob"} <= set(w["applied"]), w  # verl's worker code, changed there
+    # verl's trainer code, changed in the TaskRunner
+    assert {"attest", "batch_fingerprint", "file_logger", "old_log_prob", "reward_parts"} <= set(
+        verdict["trainer"]["applied"]
+    )
+
+
+def test_old_log_prob_pass_is_skipped_in_the_remote_workers(chain):
+    rows = list(chain["metrics"].values())
+    assert rows and all("timing_s/old_log_prob" not in r for r in rows), rows[:1]
+    assert all("timing_s/update_actor" in r for r in rows)
+
+
+def test_after_the_head_exits_no_process_of_the_cluster_is_left(chain):
+    # The head's end completes the job; Volcano deletes the worker pod, whose command stops its Ray node.
+    run = chain["finished"]
+    assert run["codes"]["worker"] == 128 + signal.SIGTERM
+    assert "SIGTERM; stopping Ray" in run["worker_log"]
+    assert run["left"] == []
+
+
+# Where each Ray port of a node listens (docs/clusters.md "Who can reach the Ray cluster"): the Python agents
+# and the client server take the node's address; the C++ daemons (GCS, raylet) and every core worker's gRPC
+# server listen on every address, as Ray 2.60 has no option to bind them (src/ray/rpc/grpc_server.cc
+# GrpcServer::Run binds 0.0.0.0 for any node address but 127.0.0.1), and so do the Prometheus exporters and
+# the dashboard agent's gRPC port. The token is what keeps those closed (tests/cluster/test_ray_cluster.py).
+ON_NODE_ADDRESS = ("--runtime-env-agent-port", "--dashboard-agent-listen-port", "--ray-client-server-port")
+ON_EVERY_ADDRESS = ("--port", "--node-manager-port", "--object-manager-port", "--dashboard-agent-grpc-port",
+                    "--metrics-export-port")  # fmt: skip
+WILDCARD = {"0.0.0.0", "::"}
+
+
+def _ray_start(log: str) -> dict[str, str]:
+    (line,) = [ln for ln in log.splitlines() if "running: " in ln and "ray start " in ln]
+    return dict(re.findall(r"(--[a-z-]+)=([^ ']+)", line))  # the last of a repeated option wins, as in Ray
+
+
+def _plain(address: str) -> str:
+    return address.removeprefix("::ffff:")
+
+
+@pytest.mark.parametrize("task", ["head", "worker"])
+def test_ray_listens_where_the_docs_say(chain, task):
+    from ray._private.services import resolve_ip_for_localhost
+
+    pods = chain["pods"]
+    log = chain["frozen"]["log"] if task == "head" else chain["frozen"]["worker_log"]
+    options = _ray_start(log)
+    if task == "head":
+        options["--port"] = options.pop("--port", pods.head_args[pods.head_args.index("--port") + 1])
+    node = options["--node-ip-address"]
+    # Ray registers a node given as 127.0.0.1 under the host's outbound address (services.py
+    # resolve_ip_for_localhost); on a cluster the address is the interface's own.
+    own = {node, resolve_ip_for_localhost(node), "127.0.0.1"}
+    listening = {port: {_plain(a) for a in e["addresses"]} for port, e in chain["listening"][task].items()}
+    for flag in ON_NODE_ADDRESS:
+        if flag in options:
+            addresses = listening[int(options[flag])]
+            assert addresses <= own and node in addresses | {"127.0.0.1"}, (flag, addresses, own)
+    for flag in ON_EVERY_ADDRESS:
+        if flag in options:
+            assert listening[int(options[flag])] <= WILDCARD | own, (flag, listening[int(options[flag])])
+    chosen = {int(options[f]) for f in (*ON_NODE_ADDRESS, *ON_EVERY_ADDRESS) if f in options}
+    # Anything else on every address is a Ray process's own (a core worker's gRPC server, an exporter): no
+    # process outside Ray's listens there.
+    for port, entry in chain["listening"][task].items():
+        if port not in chosen and {_plain(a) for a in entry["addresses"]} & WILDCARD:
+            assert entry["processes"] <= {"python", "npu-rl"} | {p for p in entry["processes"] if p.startswith("ray::")}

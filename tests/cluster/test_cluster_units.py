@@ -6,6 +6,7 @@ import json
 import os
 import shlex
 import socket
+import threading
 import time
 
 import pytest
@@ -144,6 +145,20 @@ def test_a_free_port_comes_from_below_the_ephemeral_range_and_binds():
     for port in ports:
         with socket.socket() as s:
             s.bind(("127.0.0.1", port))
+
+
+def test_a_port_that_opens_during_a_long_backoff_is_found_within_the_poll():
+    """The backoff spaces the progress lines, not the tries: a head whose port opens 1 s into a 30 s pause is
+    joined about a second later (the tries once followed the backoff, and a worker joined up to 15 s late)."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        addr = Address("127.0.0.1", s.getsockname()[1])
+        threading.Timer(1.0, s.listen).start()
+        messages: list[str] = []
+        start = time.monotonic()
+        assert wait_for_port(addr, Deadline(60), backoff(initial=30, cap=30), messages.append, poll=0.2)
+        assert time.monotonic() - start < 5
+        assert len(messages) == 1 and "not reachable yet" in messages[0]
 
 
 def test_wait_for_port_gives_up_at_the_deadline():

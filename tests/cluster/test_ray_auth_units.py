@@ -1,5 +1,5 @@
 """The Ray token and a node's own ports and temp dir, without starting Ray (the clusters that use them:
-test_ray_cluster.py, test_shared_host.py, test_multinode_train.py)."""
+test_ray_cluster.py, test_shared_host.py, test_cluster_faults.py)."""
 
 from __future__ import annotations
 

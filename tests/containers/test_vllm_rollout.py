@@ -219,8 +219,9 @@ def _shards(step_dir: Path) -> dict:
 
 
 def test_the_old_log_prob_skip_equals_the_recomputed_pass_on_vllm_rollouts(demo):
-    """tests/old_log_prob/test_e2e_equivalence.py's claim on vLLM's rollouts: one step with the pass skipped
-    and one with it recomputed, from the demo's model, see the same rollouts and make the same update."""
+    """The old_log_prob skip changes nothing but the time: one step with the pass skipped and one with it
+    recomputed, from the demo's model, see the same rollouts and make the same update. The skip is in the
+    actor's update (npu_rl.patches.old_log_prob), whichever engine sampled: this is the suite's one run of it."""
     runs = {}
     for name, recompute in (("olp_skip", "false"), ("olp_recompute", "true")):
         sets = {

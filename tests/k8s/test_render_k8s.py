@@ -268,7 +268,7 @@ def test_nodes_override_is_revalidated():
 
 
 def test_cpu_recipe_renders_pods_that_ask_for_no_device():
-    # The 2-node CPU training test runs these pods' commands (tests/cluster/test_multinode_train.py).
+    # The 2-node CPU training test runs these pods' commands (tests/cluster/test_cluster_faults.py).
     recipe = load_recipe("tiny_math_cpu", {"resources.nnodes": 2, "resources.devices_per_node": 1})
     docs = [d for d in yaml.safe_load_all(k8s.render_text(recipe, "volcano")) if d]
     job = next(d for d in docs if d["kind"] == "Job")

@@ -1,13 +1,18 @@
-"""`make test`'s one end-to-end run, through the path a user runs: the `npu-rl` command trains the tiny
-recipe for a few steps on its own local Ray head (launcher, patches, reward, supervisor, consistency
-gate), then `npu-rl merge` and `npu-rl eval` read what it wrote. Every process the training started is
-gone when it returns. The longer runs (stops and resumes, clusters and their faults, the demo's learning)
-are in `make test-all`."""
+"""`make test`'s one end-to-end run, through the path a user runs: the `npu-rl` command, on a terminal (a
+pseudo-terminal), trains the tiny recipe for a few steps on its own local Ray head (launcher, patches, reward,
+supervisor, consistency gate), then `npu-rl merge` and `npu-rl eval` read what it wrote. The terminal shows one
+live progress line and the events; the raw stream is whole in console.log; every process the training started
+is gone when it returns. The runs without a terminal (one plain line per step) are every other run's: the CPU
+pipeline's, the demo's, the containers'. The longer runs (stops and resumes, clusters and their faults, the
+demo's learning) are in `make test-all`."""
 
 from __future__ import annotations
 
 import json
 import os
+import pty
+import re
+import select
 import shutil
 import subprocess
 import sys
@@ -16,7 +21,8 @@ from pathlib import Path
 
 import psutil
 import pytest
-from console_steps import raw_steps, shown_steps
+import terminal
+from console_steps import raw_steps
 
 from npu_rl import run_files
 from npu_rl.cli import main
@@ -45,27 +51,42 @@ def _npu_rl() -> str:
     return str(exe)
 
 
-def _train(env: dict[str, str], log: Path) -> tuple[int, set[int]]:
-    """`npu-rl train` as a process; returns its exit code and every process it started, seen while it ran."""
+def _train(env: dict[str, str]) -> tuple[int, bytes, set[int]]:
+    """`npu-rl train` as a process on a pseudo-terminal; returns its exit code, what it wrote to the terminal and
+    every process it started, seen while it ran."""
     seen: set[int] = set()
-    with open(log, "w") as out:
-        proc = subprocess.Popen(
-            [_npu_rl(), "train", *ARGS], env=env, stdout=out, stderr=subprocess.STDOUT, start_new_session=True
-        )
-        try:
-            me = psutil.Process(proc.pid)
-            deadline = time.monotonic() + 600
-            while proc.poll() is None:
-                assert time.monotonic() < deadline, log.read_text()[-3000:]
+    out = b""
+    master, slave = pty.openpty()
+    proc = subprocess.Popen(
+        [_npu_rl(), "train", *ARGS], env=env, stdin=slave, stdout=slave, stderr=slave, start_new_session=True
+    )
+    os.close(slave)
+    try:
+        me = psutil.Process(proc.pid)
+        deadline = time.monotonic() + 600
+        while True:
+            assert time.monotonic() < deadline, out.decode(errors="replace")[-3000:]
+            ready, _, _ = select.select([master], [], [], 0.5)
+            if ready:
                 try:
-                    seen.update(c.pid for c in me.children(recursive=True))
-                except psutil.NoSuchProcess:
-                    pass
-                time.sleep(0.5)
-        finally:
-            if proc.poll() is None:
-                os.killpg(proc.pid, 9)
-    return proc.returncode, seen
+                    chunk = os.read(master, 65536)
+                except OSError:  # the terminal's other side closed: the process ended
+                    chunk = b""
+                if not chunk:
+                    break
+                out += chunk
+            elif proc.poll() is not None:
+                break
+            try:
+                seen.update(c.pid for c in me.children(recursive=True))
+            except psutil.NoSuchProcess:
+                pass
+        proc.wait(timeout=30)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, 9)
+        os.close(master)
+    return proc.returncode, out, seen
 
 
 def _left(pids: set[int], started: float) -> list[str]:
@@ -87,12 +108,13 @@ def test_train_then_merge_then_eval(tmp_path, monkeypatch, capfd, tiny_model):
     tiny_model(run_files.model_dir(recipe), steps=100)
     assert main(["data", "math", "--from", "sample", "--out", str(tmp_path / "data" / "math-sample")]) == 0
 
-    log = tmp_path / "train.out"
-    env = {**os.environ, "NPU_RL_WORKSPACE": str(tmp_path), "RAY_ADDRESS": ""}
+    env = {**os.environ, "NPU_RL_WORKSPACE": str(tmp_path), "RAY_ADDRESS": "", "COLUMNS": "200", "TERM": "xterm"}
+    env.pop("NPU_RL_VERBOSE", None)
     started = time.time()
-    code, tree = _train(env, log)
-    out = log.read_text(errors="replace")
-    assert code == 0, out[-4000:]
+    code, raw_out, tree = _train(env)
+    screen = terminal.screen(raw_out)
+    text = "\n".join(screen)
+    assert code == 0, text[-4000:]
 
     # The supervisor stopped what the run started: the local Ray head (GCS, raylet, ...), verl's driver,
     # the TaskRunner and the FSDP workers.
@@ -102,15 +124,14 @@ def test_train_then_merge_then_eval(tmp_path, monkeypatch, capfd, tiny_model):
         time.sleep(0.5)
     assert _left(tree, started) == []
 
-    # Without a terminal: one plain line per step, with the ETA; the events that matter; no raw stream.
-    assert shown_steps(out) == list(range(1, STEPS + 1)), out
+    # On a terminal: the live line redrawn in place (carriage returns), its last state the last step with an ETA;
+    # the events that matter; no raw stream.
     console_log = run_files.console_log(recipe)
-    assert f"verl's and Ray's output: {console_log}" in out.splitlines()[0]
-    assert out.splitlines()[-1].startswith(f"npu-rl: finished at global_step_{STEPS} in ")
-    assert all(" | ETA 0:" in line for line in out.splitlines() if line.startswith("npu-rl: step "))
-    assert "npu-rl: consistency gate at step 1: " in out and f"npu-rl: checkpoint global_step_{STEPS} saved" in out
-    assert "Traceback" not in out and raw_steps(out) == [] and "[ray]" not in out
-    assert len(out.splitlines()) < 25, out
+    assert b"\r" in raw_out and re.search(rf"step {STEPS}/{STEPS} .* ETA 0:00:00 \| .*reward .* elapsed", text), text
+    assert f"verl's and Ray's output: {console_log}" in screen[0]
+    assert any(line.startswith(f"npu-rl: finished at global_step_{STEPS} in ") for line in screen), text
+    assert "npu-rl: consistency gate at step 1: " in text and f"npu-rl: checkpoint global_step_{STEPS} saved" in text
+    assert "Traceback" not in text and "step:1 - " not in text and "[ray]" not in text and len(screen) < 20, text
     # The raw stream is whole in the attempt's console.log: Ray's own lines, verl's step lines, the warnings.
     raw = console_log.read_text(errors="replace")
     assert raw_steps(raw) == list(range(1, STEPS + 1)) and "[ray] " in raw and "Apex" in raw
