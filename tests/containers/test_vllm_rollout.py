@@ -12,8 +12,9 @@ One workspace, each run through docker-compose against the image:
 - the gate's drill that only its correlation catches (every weight sync into vLLM loads nothing): the run
   stops at its first step, before the optimizer step, with exit INCONSISTENT (a sync landing with noise, which
   the mean difference catches, is drilled on the hf rollout: tests/e2e/test_consistency_gate.py);
-- the old_log_prob skip against the recomputed pass, one step each on vLLM's rollouts: the same rollouts,
-  the same actor metrics and the same parameters after the update.
+- the old_log_prob skip against the recomputed pass on vLLM's rollouts: the first resumed step (3, the pass
+  skipped, as the recipe runs) against a run from a copy of the same checkpoint that recomputes it: the same
+  rollouts, the same actor metrics and the same parameters after the update.
 """
 
 from __future__ import annotations
@@ -37,6 +38,7 @@ from npu_rl.exit_codes import Exit
 from npu_rl.image.build import build_variant
 from npu_rl.patches.consistency import CORR_METRIC, DRILL_ENV, METRIC, SKIPPED_DRILL
 from npu_rl.report.scalars import load_run
+from npu_rl.run_files import MARKER
 
 REPO = Path(__file__).resolve().parents[2]
 SERVICE = "cpu-vllm-demo"
@@ -188,12 +190,24 @@ def test_the_engine_as_the_cpu_patch_builds_it_decodes_a_batch_sharing_a_prefix(
     assert patched["differ"] == [], patched
 
 
+# The resumed step the old_log_prob comparison reads, and where its recomputing twin runs.
+OLP_STEP = STEPS + 1
+OLP_RECOMPUTE = "olp_recompute"
+
+
 def test_the_demos_run_resumes_into_new_engines_twice(demo):
     """2 steps (the demo's), then 4, then 8: each `npu-rl train` resumes from the newest checkpoint with new
     vLLM engines, the weights synced into them before the first rollout, and trains on."""
+    ckpts = demo.run_dir / "checkpoints" / "npu_rl_demo" / "tiny_math_cpu"
+    # The old_log_prob test's twin starts from this checkpoint too (a copy, before the resume rotates it).
+    twin = ckpts.with_name(OLP_RECOMPUTE)
+    shutil.copytree(ckpts / f"global_step_{STEPS}", twin / f"global_step_{STEPS}")
+    (twin / MARKER).write_text(str(STEPS))
     done = STEPS
     for total in RESUMED_TO:
-        code, log = demo.train({"algorithm.total_training_steps": total})
+        # Every step of the first resume kept (step 3 is the old_log_prob comparison's), none rotated away.
+        keep = {"checkpoint.save_freq": 1} if done == STEPS else {}
+        code, log = demo.train({"algorithm.total_training_steps": total, "checkpoint.max_to_keep": 8, **keep})
         assert code == 0, log[-4000:]
         assert f"resuming tiny_math_cpu from global_step_{done}" in log, log[-3000:]
         assert shown_steps(log) == list(range(done + 1, total + 1)), log[-3000:]
@@ -202,7 +216,6 @@ def test_the_demos_run_resumes_into_new_engines_twice(demo):
         gate = json.loads((demo.run_dir / "logs" / "npu_rl_demo" / "tiny_math_cpu" / "consistency.json").read_text())
         assert [(v["step"], v["ok"]) for v in gate["steps"]] == [(done + 1, True)], gate
         done = total
-    ckpts = demo.run_dir / "checkpoints" / "npu_rl_demo" / "tiny_math_cpu"
     assert sorted(int(d.name.rsplit("_", 1)[1]) for d in ckpts.glob("global_step_*"))[-1] == RESUMED_TO[-1]
 
 
@@ -219,31 +232,34 @@ def _shards(step_dir: Path) -> dict:
 
 
 def test_the_old_log_prob_skip_equals_the_recomputed_pass_on_vllm_rollouts(demo):
-    """The old_log_prob skip changes nothing but the time: one step with the pass skipped and one with it
-    recomputed, from the demo's model, see the same rollouts and make the same update. The skip is in the
-    actor's update (npu_rl.patches.old_log_prob), whichever engine sampled: this is the suite's one run of it."""
+    """The old_log_prob skip changes nothing but the time. The skipped side is the demo's first resumed step (the
+    recipe skips the pass); its twin resumes from a copy of the same checkpoint with the pass recomputed, and
+    trains that one step. Both see the same rollouts (the same engines' seed, the same validation before) and
+    make the same update. The skip is in the actor's update (npu_rl.patches.old_log_prob), whichever engine
+    sampled: this is the suite's one run of it."""
+    sets = {
+        "logging.experiment": OLP_RECOMPUTE,
+        "optimizations.recompute_old_log_prob": "true",
+        "algorithm.total_training_steps": OLP_STEP,
+    }
+    code, log = demo.train(sets)
+    assert code == 0, log[-4000:]
+    assert f"resuming {OLP_RECOMPUTE} from global_step_{STEPS}" in log, log[-3000:]
     runs = {}
-    for name, recompute in (("olp_skip", "false"), ("olp_recompute", "true")):
-        sets = {
-            "logging.experiment": name,
-            "optimizations.recompute_old_log_prob": recompute,
-            "algorithm.total_training_steps": 1,
-            "checkpoint.test_freq": -1,
-        }
-        code, log = demo.train(sets)
-        assert code == 0, log[-4000:]
+    for name in ("tiny_math_cpu", OLP_RECOMPUTE):
         logs = demo.run_dir / "logs" / "npu_rl_demo" / name
-        ckpt = demo.run_dir / "checkpoints" / "npu_rl_demo" / name / "global_step_1"
+        ckpt = demo.run_dir / "checkpoints" / "npu_rl_demo" / name / f"global_step_{OLP_STEP}"
         runs[name] = (load_run(logs), _shards(ckpt))
-    (skip, skip_params), (recompute, recompute_params) = runs["olp_skip"], runs["olp_recompute"]
+    (skip, skip_params), (recompute, recompute_params) = runs["tiny_math_cpu"], runs[OLP_RECOMPUTE]
     # Same rollouts (vLLM seeded the same way in both runs), or nothing below means anything.
     for tag in ROLLOUT_TAGS:
-        assert skip[tag].value_at(1) == recompute[tag].value_at(1), tag
-    assert abs(recompute["actor/pg_loss"].value_at(1)) > 1e-6, "no learning signal: the comparison is vacuous"
+        assert skip[tag].value_at(OLP_STEP) == recompute[tag].value_at(OLP_STEP), tag
+    assert abs(recompute["actor/pg_loss"].value_at(OLP_STEP)) > 1e-6, "no learning signal: the comparison is vacuous"
     for tag in ACTOR_TAGS:
-        a, b = skip[tag].value_at(1), recompute[tag].value_at(1)
+        a, b = skip[tag].value_at(OLP_STEP), recompute[tag].value_at(OLP_STEP)
         assert math.isfinite(a) and math.isfinite(b) and abs(a - b) <= 1e-5, f"{tag}: skip {a} vs recompute {b}"
-    assert "timing_s/old_log_prob" in recompute and "timing_s/old_log_prob" not in skip
+    assert "timing_s/old_log_prob" in recompute and OLP_STEP in recompute["timing_s/old_log_prob"].steps
+    assert "timing_s/old_log_prob" not in skip
     assert skip_params.keys() == recompute_params.keys()
     for key in skip_params:
         torch.testing.assert_close(skip_params[key], recompute_params[key], rtol=1e-5, atol=1e-6, msg=str(key))
