@@ -136,7 +136,10 @@ def register(sub: argparse._SubParsersAction) -> None:
         "--probe-interval", type=float, default=float(defaults.PROBE_INTERVAL_S), help="seconds between head probes"
     )
     w.add_argument(
-        "--max-backoff", type=float, default=float(defaults.MAX_BACKOFF_S), help="longest pause between join attempts"
+        "--max-backoff",
+        type=float,
+        default=float(defaults.MAX_BACKOFF_S),
+        help="longest pause between ray start attempts (and between lines while the head is awaited)",
     )
     w.set_defaults(func=_worker)
 

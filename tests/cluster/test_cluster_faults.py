@@ -117,6 +117,7 @@ def chain(request, tiny_model):
         head_rc = pods.procs["head"].wait(timeout=300)
         out["frozen"] = {"head_rc": head_rc, "seconds": time.monotonic() - t0, "log": pods.log("head")}
         out["frozen"]["worker_log"] = pods.log("worker")
+        out["frozen"]["head_args"] = list(pods.head_args)  # each start's own GCS port
         pods.kill("worker", signal.SIGKILL)  # Volcano deletes the frozen pod when it restarts the job
         pods.wait()
 
@@ -326,11 +327,11 @@ def _plain(address: str) -> str:
 def test_ray_listens_where_the_docs_say(chain, task):
     from ray._private.services import resolve_ip_for_localhost
 
-    pods = chain["pods"]
-    log = chain["frozen"]["log"] if task == "head" else chain["frozen"]["worker_log"]
-    options = _ray_start(log)
+    frozen = chain["frozen"]
+    options = _ray_start(frozen["log"] if task == "head" else frozen["worker_log"])
     if task == "head":
-        options["--port"] = options.pop("--port", pods.head_args[pods.head_args.index("--port") + 1])
+        head_args = frozen["head_args"]
+        options["--port"] = options.pop("--port", head_args[head_args.index("--port") + 1])
     node = options["--node-ip-address"]
     # Ray registers a node given as 127.0.0.1 under the host's outbound address (services.py
     # resolve_ip_for_localhost); on a cluster the address is the interface's own.

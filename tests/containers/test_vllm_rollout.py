@@ -30,7 +30,7 @@ from pathlib import Path
 import pytest
 import torch
 from compose_run import Compose, compose_project, require_compose
-from console_steps import shown_steps
+from console_steps import raw_steps, shown_steps
 
 from npu_rl.defaults import DEMO_WARM_START_STEPS
 from npu_rl.demo import RECIPE, VLLM_MODEL_ARGS
@@ -213,6 +213,9 @@ def test_the_demos_run_resumes_into_new_engines_twice(demo):
         assert shown_steps(log) == list(range(done + 1, total + 1)), log[-3000:]
         assert f"npu-rl: consistency gate at step {done + 1}: rollout probs diff mean " in log, log[-3000:]
         assert "Traceback" not in log and "npu-rl: error" not in log
+        # Without a terminal (compose's run): one plain line per step with its ETA, none of the raw stream.
+        assert raw_steps(log) == [] and "[ray]" not in log, log[-3000:]
+        assert all(" | ETA " in ln for ln in log.splitlines() if ln.startswith("npu-rl: step ")), log[-3000:]
         gate = json.loads((demo.run_dir / "logs" / "npu_rl_demo" / "tiny_math_cpu" / "consistency.json").read_text())
         assert [(v["step"], v["ok"]) for v in gate["steps"]] == [(done + 1, True)], gate
         done = total
@@ -241,6 +244,7 @@ def test_the_old_log_prob_skip_equals_the_recomputed_pass_on_vllm_rollouts(demo)
         "logging.experiment": OLP_RECOMPUTE,
         "optimizations.recompute_old_log_prob": "true",
         "algorithm.total_training_steps": OLP_STEP,
+        "checkpoint.max_to_keep": 8,
     }
     code, log = demo.train(sets)
     assert code == 0, log[-4000:]
@@ -261,5 +265,8 @@ def test_the_old_log_prob_skip_equals_the_recomputed_pass_on_vllm_rollouts(demo)
     assert "timing_s/old_log_prob" in recompute and OLP_STEP in recompute["timing_s/old_log_prob"].steps
     assert "timing_s/old_log_prob" not in skip
     assert skip_params.keys() == recompute_params.keys()
+    # The update moved the weights (both sides equal because both trained, not because neither did).
+    before = _shards(demo.run_dir / "checkpoints" / "npu_rl_demo" / OLP_RECOMPUTE / f"global_step_{STEPS}")
+    assert any(not torch.equal(before[key], recompute_params[key]) for key in before), "the update moved nothing"
     for key in skip_params:
         torch.testing.assert_close(skip_params[key], recompute_params[key], rtol=1e-5, atol=1e-6, msg=str(key))

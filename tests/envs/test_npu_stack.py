@@ -4,9 +4,10 @@
 own Dockerfile makes it (torch, vLLM's requirements with vllm-ascend and torch_npu from
 configs/locks/npu-base.txt, vLLM built from its sdist with VLLM_TARGET_DEVICE=empty:
 npu_rl.envs.ascend_base, whose docstring says what that stand-in lacks), then
-`pip install --no-deps --require-hashes -r configs/locks/npu.txt` as docker/Dockerfile runs it, then
-npu-rl. The test runs the image build's strict `pip check`, imports what needs no CANN, names what
-does, and builds vLLM 0.9.1's own ParallelConfig for DeepSeek ranks from what the vllm_dp patch sets.
+configs/locks/npu.txt (uv here, hash-checked, the files `pip install --no-deps --require-hashes` installs
+in docker/Dockerfile), then npu-rl. The test runs the image build's strict `pip check`, imports what needs
+no CANN, names what does, and builds vLLM 0.9.1's own ParallelConfig for DeepSeek ranks from what the
+vllm_dp patch sets.
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """The terminal of `npu-rl train` (npu_rl.console): what a run's raw stream becomes on screen, in the three
-modes, and where the raw stream is kept. The runs themselves: tests/smoke (no TTY) and
-tests/e2e/test_train_console.py (a pseudo-terminal, failures)."""
+modes, and where the raw stream is kept. The runs themselves: tests/smoke (a pseudo-terminal), the other runs
+of tests/e2e and tests/containers (no TTY), tests/e2e/test_train_console.py (failures)."""
 
 from __future__ import annotations
 

@@ -127,7 +127,9 @@ def test_train_then_merge_then_eval(tmp_path, monkeypatch, capfd, tiny_model):
     # On a terminal: the live line redrawn in place (carriage returns), its last state the last step with an ETA;
     # the events that matter; no raw stream.
     console_log = run_files.console_log(recipe)
-    assert b"\r" in raw_out and re.search(rf"step {STEPS}/{STEPS} .* ETA 0:00:00 \| .*reward .* elapsed", text), text
+    # (A carriage return not before a line feed: the terminal turns every line feed into both.)
+    assert re.search(rb"\r(?!\n)", raw_out) and not any(f"step 1/{STEPS} " in line for line in screen), text
+    assert re.search(rf"step {STEPS}/{STEPS} .* ETA 0:00:00 \| .*reward .* elapsed", text), text
     assert f"verl's and Ray's output: {console_log}" in screen[0]
     assert any(line.startswith(f"npu-rl: finished at global_step_{STEPS} in ") for line in screen), text
     assert "npu-rl: consistency gate at step 1: " in text and f"npu-rl: checkpoint global_step_{STEPS} saved" in text
