@@ -93,18 +93,16 @@ def wait_for_port(
     The port is tried every ``poll`` seconds (a TCP connect costs the head nothing); ``delays`` only space the
     progress lines, so that a head minutes away (image pulls) says so a few times, not every second. Spacing
     the tries themselves with the backoff had workers join up to 15 s after the head's port opened."""
+    next_line = time.monotonic()
     while True:
         if port_open(addr, timeout=min(2.0, max(0.1, deadline.left()))):
             return True
         if deadline.passed():
             return False
-        delay = min(next(delays), deadline.left())
-        progress(
-            f"{what} {addr} not reachable yet ({deadline.elapsed():.0f}s, {deadline.left():.0f}s left); "
-            f"trying it every {poll:g}s"
-        )
-        quiet_until = time.monotonic() + delay
-        while (left := quiet_until - time.monotonic()) > 0:
-            time.sleep(min(poll, left))
-            if port_open(addr, timeout=min(2.0, max(0.1, deadline.left()))):
-                return True
+        if time.monotonic() >= next_line:
+            progress(
+                f"{what} {addr} not reachable yet ({deadline.elapsed():.0f}s, {deadline.left():.0f}s left); "
+                f"trying it every {poll:g}s"
+            )
+            next_line = time.monotonic() + next(delays)
+        time.sleep(min(poll, deadline.left()))
